@@ -1,0 +1,66 @@
+# One entry point for a new user: `make demo` runs the main job, `make test` runs every test.
+# Both install what they need (a venv from the pinned requirements; Debian packages where needed).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+COLL := .build/collections/ansible_collections/llmfleet/specdec
+CACHE ?= $(HOME)/.cache/llmfleet-specdec
+export LLMFLEET_CACHE := $(CACHE)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark clean
+
+all: test
+
+$(VENV)/.installed: requirements.txt requirements-test.txt
+	@command -v cmake >/dev/null && command -v g++ >/dev/null || { \
+	  echo "installing build tools (cmake, g++) with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make >/dev/null; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+# ansible and python both find the collection as ansible_collections.llmfleet.specdec through this link.
+collection: $(COLL)
+$(COLL):
+	mkdir -p $(dir $(COLL))
+	ln -sfn $(CURDIR) $(COLL)
+
+llama-server: venv
+	PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh
+
+models: venv
+	$(PY) -m testbed.models $(CACHE)/demo-models
+
+demo: venv collection llama-server
+	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
+	$(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml -e specdec_demo_models=$(CACHE)/demo-models
+
+lint: venv
+	$(PY) -m ruff check .
+
+sanity: venv collection
+	$(PY) tests/sanity/run.py
+
+test-unit: venv collection
+	$(PY) -m pytest -q tests/unit
+
+test-integration: venv collection llama-server
+	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q tests/integration
+
+# Everything CI runs: lint, sanity, unit, integration (real llama-server).
+test: venv collection llama-server
+	$(PY) -m ruff check .
+	$(PY) tests/sanity/run.py
+	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
+
+benchmark: venv collection
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py
+
+clean:
+	rm -rf .build .pytest_cache .ruff_cache

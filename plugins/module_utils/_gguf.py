@@ -1,0 +1,715 @@
+# Private to the collection: a streaming GGUF header reader (local file or HTTP ranges), standard library only.
+"""Read the header of a GGUF file — key/values and the tensor-info table — and nothing else.
+
+The reader never reads tensor data. It buffers the header from byte 0 as far as the parse needs
+and not further than ``max_header_bytes``; every count read from the file is checked against the
+bytes the file (or that limit) can still back before anything is built from it, so a hostile
+or truncated file costs bounded memory and ends in :class:`GGUFError` naming the byte offset.
+
+Values are kept lazily: scalars are decoded, arrays are :class:`Array` views over the header bytes
+(strings decoded only when asked), so a 248k-token vocabulary parses in one length walk.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import struct
+from enum import IntEnum
+from typing import Any, Iterator
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, GGUFFetchError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+GGML_MAX_NAME = 64
+MAX_NESTING = 8
+INT64_MAX = (1 << 63) - 1
+
+DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
+DEFAULT_FIRST_READ = 8 * 1024 * 1024
+FILE_CHUNK = 4 * 1024 * 1024
+
+
+class ValueType(IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# struct format character and size of each fixed-size value type
+_SCALAR = {
+    ValueType.UINT8: ("B", 1),
+    ValueType.INT8: ("b", 1),
+    ValueType.UINT16: ("H", 2),
+    ValueType.INT16: ("h", 2),
+    ValueType.UINT32: ("I", 4),
+    ValueType.INT32: ("i", 4),
+    ValueType.FLOAT32: ("f", 4),
+    ValueType.BOOL: ("?", 1),
+    ValueType.UINT64: ("Q", 8),
+    ValueType.INT64: ("q", 8),
+    ValueType.FLOAT64: ("d", 8),
+}
+
+# ggml tensor types: id -> (name, elements per block, bytes per block), as ggml/src/ggml.c type_traits.
+# Removed ids (4, 5, 31-33, 36-38) are absent: llama.cpp refuses them as "invalid ggml type".
+GGML_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36),
+    41: ("Q1_0", 128, 18),
+    42: ("Q2_0", 64, 18),
+}
+
+# The smallest encoding of one item, used to refuse counts the remaining bytes cannot back.
+_MIN_KV_BYTES = 8 + 4 + 1          # key length, value type, one byte of value
+_MIN_TENSOR_BYTES = 8 + 4 + 8 + 4 + 8  # name length, n_dims, one dim, type, offset
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources: where header bytes come from
+
+
+class FileSource:
+    """Sequential reads from a local file."""
+
+    def __init__(self, path: str, chunk: int = FILE_CHUNK) -> None:
+        self.name = path
+        self.chunk = chunk
+        self.requests = 0
+        self.bytes_read = 0
+        try:
+            self._fh = open(path, "rb")
+        except OSError as exc:
+            raise GGUFError(path, None, f"cannot open the file ({exc.strerror}); check the path") from None
+        self.size: int | None = os.fstat(self._fh.fileno()).st_size
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._fh.seek(offset)
+        data = self._fh.read(size)
+        self.requests += 1
+        self.bytes_read += len(data)
+        return data
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
+
+
+class HttpSource:
+    """Reads by HTTP Range requests through ansible.module_utils.urls.
+
+    A server that ignores Range (answers 200) is an error unless ``allow_full_read``: then the body
+    is streamed and read only as far as the header needs.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        allow_full_read: bool = False,
+        validate_certs: bool = True,
+        timeout: float = 30,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.name = url
+        self.allow_full_read = allow_full_read
+        self.validate_certs = validate_certs
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self.requests = 0
+        self.bytes_read = 0
+        self.size: int | None = None
+        self._stream: Any = None  # an open 200 response being streamed (full-read mode)
+        self._stream_pos = 0
+
+    def _open(self, headers: dict[str, str]) -> Any:
+        from ansible.module_utils.urls import open_url  # only HTTP callers pay the import
+
+        try:
+            import urllib.error
+
+            try:
+                return open_url(
+                    self.name,
+                    headers=headers,
+                    validate_certs=self.validate_certs,
+                    timeout=self.timeout,
+                    follow_redirects="all",
+                )
+            except urllib.error.HTTPError as exc:
+                return exc
+        except Exception as exc:  # network errors of every kind end here, named
+            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {exc}") from None
+
+    def read(self, offset: int, size: int) -> bytes:
+        if self._stream is not None:
+            return self._read_stream(offset, size)
+        headers = dict(self.headers)
+        headers["Range"] = f"bytes={offset}-{offset + size - 1}"
+        resp = self._open(headers)
+        self.requests += 1
+        status = getattr(resp, "status", None) or resp.getcode()
+        if status == 416:
+            # The start lies beyond the end: nothing more to read (the caller reports truncation).
+            total = _content_range_total(resp.headers.get("Content-Range", ""))
+            if total is not None:
+                self.size = total
+            resp.close()
+            return b""
+        if status == 206:
+            crange = resp.headers.get("Content-Range", "")
+            m = _CONTENT_RANGE.match(crange)
+            if not m or int(m.group(1)) != offset:
+                resp.close()
+                raise GGUFFetchError(
+                    f"{self.name}: the server answered a range request with Content-Range {crange!r}, "
+                    f"not one starting at byte {offset}; it does not serve byte ranges correctly"
+                )
+            if m.group(3) != "*":
+                self.size = int(m.group(3))
+            data = resp.read(size)
+            resp.close()
+            self.bytes_read += len(data)
+            return data
+        if status == 200:
+            if not self.allow_full_read:
+                resp.close()
+                raise GGUFFetchError(
+                    f"{self.name}: the server does not support HTTP range requests (it answered 200 to "
+                    "a Range request), so reading the header would mean downloading the whole file; "
+                    "set allow_full_read=true to stream it anyway (only the header is read, then the "
+                    "connection is closed)"
+                )
+            length = resp.headers.get("Content-Length")
+            if length and length.isdigit():
+                self.size = int(length)
+            self._stream = resp
+            self._stream_pos = 0
+            return self._read_stream(offset, size)
+        body = b""
+        try:
+            body = resp.read(200)
+        except Exception:
+            pass
+        raise GGUFFetchError(
+            f"{self.name}: HTTP {status} when reading the GGUF header"
+            + (f": {body.decode('utf-8', 'replace').strip()}" if body else "")
+        )
+
+    def _read_stream(self, offset: int, size: int) -> bytes:
+        if offset != self._stream_pos:
+            raise GGUFFetchError(f"{self.name}: internal error: non-sequential read of a streamed body")
+        data = self._stream.read(size)
+        self._stream_pos += len(data)
+        self.bytes_read += len(data)
+        return data
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+def _content_range_total(value: str) -> int | None:
+    m = re.search(r"/(\d+)\s*$", value or "")
+    return int(m.group(1)) if m else None
+
+
+def open_source(location: str, **http_options: Any) -> FileSource | HttpSource:
+    """A source for a local path or an http(s) URL."""
+    if re.match(r"^https?://", location, re.I):
+        return HttpSource(location, **http_options)
+    return FileSource(location)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsed records
+
+
+class Array:
+    """A lazily decoded GGUF array: element type, count, and its span in the header bytes."""
+
+    __slots__ = ("_buf", "_items", "_order", "count", "elem_type", "end", "start")
+
+    def __init__(self, elem_type: ValueType, count: int, start: int, end: int, buf: Any, order: str,
+                 items: list[Any] | None = None) -> None:
+        self.elem_type = elem_type
+        self.count = count
+        self.start = start  # first byte of the first element
+        self.end = end      # one past the last byte of the last element
+        self._buf = buf
+        self._order = order
+        self._items = items  # nested arrays are kept decoded (they are small in practice)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def raw(self) -> bytes:
+        return bytes(self._buf[self.start:self.end])
+
+    def iter_bytes(self, limit: int | None = None) -> Iterator[bytes]:
+        """Each string element as raw bytes (for STRING arrays)."""
+        if self.elem_type != ValueType.STRING:
+            raise TypeError("iter_bytes() needs a STRING array")
+        buf = self._buf
+        unpack = struct.Struct(self._order + "Q").unpack_from
+        pos = self.start
+        n = self.count if limit is None else min(limit, self.count)
+        for _ in range(n):
+            (length,) = unpack(buf, pos)
+            pos += 8
+            yield bytes(buf[pos:pos + length])
+            pos += length
+
+    def to_list(self, limit: int | None = None) -> list[Any]:
+        n = self.count if limit is None else min(limit, self.count)
+        if self._items is not None:
+            return [v.to_list() if isinstance(v, Array) else v for v in self._items[:n]]
+        if self.elem_type == ValueType.STRING:
+            return [b.decode("utf-8", "replace") for b in self.iter_bytes(n)]
+        fmt = _SCALAR[self.elem_type][0]
+        return list(struct.unpack_from(f"{self._order}{n}{fmt}", self._buf, self.start))
+
+    def canonical_bytes(self, limit: int | None = None) -> bytes:
+        """The elements encoded little-endian, as a little-endian GGUF file stores them."""
+        n = self.count if limit is None else min(limit, self.count)
+        if self._order == "<" and self._items is None:
+            if n == self.count:
+                return bytes(self._buf[self.start:self.end])
+            if self.elem_type != ValueType.STRING:
+                return bytes(self._buf[self.start:self.start + n * _SCALAR[self.elem_type][1]])
+            return b"".join(struct.pack("<Q", len(b)) + b for b in self.iter_bytes(n))
+        if self._items is not None:
+            return b"".join(encode_value(self.elem_type, v) for v in self._items[:n])
+        if self.elem_type == ValueType.STRING:
+            return b"".join(struct.pack("<Q", len(b)) + b for b in self.iter_bytes(n))
+        fmt, _ = _SCALAR[self.elem_type]
+        return struct.pack(f"<{n}{fmt}", *self.to_list(n))
+
+
+class KV:
+    __slots__ = ("key", "offset", "value", "vtype")
+
+    def __init__(self, key: str, vtype: ValueType, value: Any, offset: int) -> None:
+        self.key = key
+        self.vtype = vtype
+        self.value = value
+        self.offset = offset
+
+    def python(self) -> Any:
+        return self.value.to_list() if isinstance(self.value, Array) else self.value
+
+
+class TensorInfo:
+    __slots__ = ("dims", "ggml_type", "info_offset", "name", "offset")
+
+    def __init__(self, name: str, dims: tuple[int, ...], ggml_type: int, offset: int, info_offset: int) -> None:
+        self.name = name
+        self.dims = dims
+        self.ggml_type = ggml_type
+        self.offset = offset
+        self.info_offset = info_offset
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES[self.ggml_type][0]
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def n_bytes(self) -> int:
+        _, block, size = GGML_TYPES[self.ggml_type]
+        return self.n_elements // block * size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.dims), "type": self.type_name,
+                "offset": self.offset, "n_bytes": self.n_bytes}
+
+
+class GGUFHeader:
+    """Everything before the tensor data."""
+
+    def __init__(self) -> None:
+        self.source = ""
+        self.version = 0
+        self.byte_order = "little"
+        self.tensor_count = 0
+        self.kv_count = 0
+        self.kv: dict[str, KV] = {}
+        self.tensors: list[TensorInfo] = []
+        self.alignment = DEFAULT_ALIGNMENT
+        self.header_bytes = 0   # end of the tensor-info table
+        self.data_offset = 0    # start of tensor data (aligned)
+        self.file_size: int | None = None
+        self.bytes_read = 0
+        self.requests = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        kv = self.kv.get(key)
+        return default if kv is None else kv.value
+
+    def python(self, key: str, default: Any = None) -> Any:
+        kv = self.kv.get(key)
+        return default if kv is None else kv.python()
+
+    def has_tensor(self, name: str) -> bool:
+        return any(t.name == name for t in self.tensors)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding (used for canonical fingerprints and by the tests' writers)
+
+
+def encode_string(value: bytes | str) -> bytes:
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return struct.pack("<Q", len(data)) + data
+
+
+def encode_value(vtype: ValueType, value: Any) -> bytes:
+    """Little-endian GGUF encoding of a value (arrays: element type, count, elements)."""
+    if vtype == ValueType.STRING:
+        return encode_string(value)
+    if vtype == ValueType.ARRAY:
+        if isinstance(value, Array):
+            return struct.pack("<IQ", value.elem_type, value.count) + value.canonical_bytes()
+        elem_type, items = value
+        return struct.pack("<IQ", elem_type, len(items)) + b"".join(encode_value(elem_type, v) for v in items)
+    fmt, _ = _SCALAR[vtype]
+    return struct.pack("<" + fmt, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+class _Buffer:
+    """The header bytes from offset 0, grown on demand from a source and never past the limit."""
+
+    def __init__(self, source: FileSource | HttpSource, first_read: int, max_bytes: int) -> None:
+        self.source = source
+        self.data = bytearray()
+        self.max_bytes = max_bytes
+        # Each read fetches at least one chunk, so a header costs ceil(size / chunk) reads and
+        # never more than one chunk past its end.
+        self.grow = max(first_read, 64 * 1024)
+
+    @property
+    def limit(self) -> int:
+        """The last byte the header may extend to: the file's end or max_header_bytes."""
+        size = self.source.size
+        return self.max_bytes if size is None else min(size, self.max_bytes)
+
+    def ensure(self, end: int, at: int) -> None:
+        """Make bytes [0, end) available; ``at`` is the offset being parsed, for the error."""
+        have = len(self.data)
+        if end <= have:
+            return
+        self._check_room(end, at)
+        want = max(end, have + self.grow)
+        size = self.source.size
+        if size is not None:
+            want = min(want, size)
+        want = min(want, self.max_bytes)
+        chunk = self.source.read(have, want - have)
+        self.data += chunk
+        if len(self.data) < end:
+            self._check_room(end, at)  # the source may only now have told us its size
+            raise GGUFError(self.source.name, at,
+                            f"the file is truncated: the header needs byte {end - 1} but the file ends "
+                            f"at byte {len(self.data)}")
+
+    def _check_room(self, end: int, at: int) -> None:
+        size = self.source.size
+        if size is not None and end > size:
+            raise GGUFError(self.source.name, at,
+                            f"the file is truncated or the header is corrupt: it needs byte {end - 1} "
+                            f"but the file is {size} bytes long")
+        if end > self.max_bytes:
+            raise GGUFError(self.source.name, at,
+                            f"the header would extend past max_header_bytes ({self.max_bytes}); raise "
+                            "max_header_bytes if this file really has a header that large")
+
+    def limit_text(self) -> str:
+        size = self.source.size
+        if size is not None and size <= self.max_bytes:
+            return f"the end of the file at byte {size} (the file is truncated or the header corrupt)"
+        return f"max_header_bytes ({self.max_bytes}; raise it if the header really is that large)"
+
+    def room(self, pos: int) -> int:
+        """How many bytes may still follow ``pos`` (file end or the header limit)."""
+        return self.limit - pos
+
+
+class _Parser:
+    def __init__(self, buf: _Buffer, order: str) -> None:
+        self.buf = buf
+        self.name = buf.source.name
+        self.order = order
+        self.u32 = struct.Struct(order + "I").unpack_from
+        self.u64 = struct.Struct(order + "Q").unpack_from
+
+    def fail(self, offset: int, problem: str) -> GGUFError:
+        return GGUFError(self.name, offset, problem)
+
+    def read_u32(self, pos: int) -> tuple[int, int]:
+        self.buf.ensure(pos + 4, pos)
+        return self.u32(self.buf.data, pos)[0], pos + 4
+
+    def read_u64(self, pos: int) -> tuple[int, int]:
+        self.buf.ensure(pos + 8, pos)
+        return self.u64(self.buf.data, pos)[0], pos + 8
+
+    def read_count(self, pos: int, min_item: int, what: str) -> tuple[int, int]:
+        count, end = self.read_u64(pos)
+        if count > INT64_MAX:
+            raise self.fail(pos, f"{what} count {count} is negative as a signed 64-bit value")
+        room = self.buf.room(end)
+        if count * min_item > room:
+            raise self.fail(pos, f"{what} count {count} needs at least {count * min_item} bytes but only "
+                                 f"{max(room, 0)} remain before {self.buf.limit_text()}")
+        return count, end
+
+    def read_bytes(self, pos: int, what: str) -> tuple[bytes, int]:
+        length, start = self.read_u64(pos)
+        if length > self.buf.room(start):
+            raise self.fail(pos, f"{what} length {length} runs past {self.buf.limit_text()}")
+        self.buf.ensure(start + length, pos)
+        return bytes(self.buf.data[start:start + length]), start + length
+
+    def read_str(self, pos: int, what: str) -> tuple[str, int]:
+        raw, end = self.read_bytes(pos, what)
+        try:
+            return raw.decode("utf-8"), end
+        except UnicodeDecodeError as exc:
+            raise self.fail(pos, f"{what} is not valid UTF-8 ({exc.reason} at byte {pos + 8 + exc.start})") from None
+
+    def read_value(self, vtype: int, pos: int, depth: int = 0) -> tuple[Any, int]:
+        if vtype == ValueType.STRING:
+            raw, end = self.read_bytes(pos, "string")
+            return raw.decode("utf-8", "replace"), end
+        if vtype == ValueType.ARRAY:
+            return self.read_array(pos, depth)
+        try:
+            fmt, size = _SCALAR[ValueType(vtype)]
+        except ValueError:
+            raise self.fail(pos, f"unknown value type {vtype}") from None
+        self.buf.ensure(pos + size, pos)
+        value = struct.unpack_from(self.order + fmt, self.buf.data, pos)[0]
+        if vtype == ValueType.BOOL and self.buf.data[pos] > 1:
+            raise self.fail(pos, f"bool value {self.buf.data[pos]} is neither 0 nor 1")
+        return value, pos + size
+
+    def read_array(self, pos: int, depth: int) -> tuple[Array, int]:
+        if depth >= MAX_NESTING:
+            raise self.fail(pos, f"arrays nested deeper than {MAX_NESTING} levels")
+        elem_type, p = self.read_u32(pos)
+        if elem_type not in ValueType.__members__.values():
+            raise self.fail(pos, f"unknown array element type {elem_type}")
+        elem_type = ValueType(elem_type)
+        if elem_type == ValueType.STRING:
+            count, p = self.read_count(p, 8, "string array")
+            end = self.skip_strings(p, count)
+            return Array(elem_type, count, p, end, self.buf.data, self.order), end
+        if elem_type == ValueType.ARRAY:
+            count, p = self.read_count(p, 12, "nested array")
+            start = p
+            items = []
+            for _ in range(count):
+                item, p = self.read_array(p, depth + 1)
+                items.append(item)
+            return Array(elem_type, count, start, p, self.buf.data, self.order, items), p
+        size = _SCALAR[elem_type][1]
+        count, p = self.read_count(p, size, "array")
+        end = p + count * size
+        self.buf.ensure(end, pos)
+        if elem_type == ValueType.BOOL:
+            bad = next((i for i in range(p, end) if self.buf.data[i] > 1), None)
+            if bad is not None:
+                raise self.fail(bad, f"bool value {self.buf.data[bad]} is neither 0 nor 1")
+        return Array(elem_type, count, p, end, self.buf.data, self.order), end
+
+    def skip_strings(self, pos: int, count: int) -> int:
+        """Walk ``count`` length-prefixed strings from ``pos``; return the end offset."""
+        buf = self.buf
+        u64 = self.u64
+        data = buf.data
+        have = len(data)
+        for i in range(count):
+            if pos + 8 > have:
+                buf.ensure(pos + 8, pos)
+                data, have = buf.data, len(buf.data)
+            length = u64(data, pos)[0]
+            end = pos + 8 + length
+            if end > have:
+                if length > buf.room(pos + 8):
+                    raise self.fail(pos, f"string {i} of an array: length {length} runs past "
+                                         f"{self.buf.limit_text()}")
+                buf.ensure(end, pos)
+                data, have = buf.data, len(buf.data)
+            pos = end
+        return pos
+
+
+def _detect_order(name: str, head: bytes) -> tuple[str, int]:
+    if head[:4] != GGUF_MAGIC:
+        raise GGUFError(name, 0, f"not a GGUF file: magic is {bytes(head[:4])!r}, expected b'GGUF'")
+    le = struct.unpack_from("<I", head, 4)[0]
+    if le in SUPPORTED_VERSIONS:
+        return "<", le
+    be = struct.unpack_from(">I", head, 4)[0]
+    if be in SUPPORTED_VERSIONS:
+        return ">", be
+    version = le if le < be else be
+    if version == 1:
+        raise GGUFError(name, 4, "GGUF version 1 is not supported (llama.cpp dropped it); reconvert the model")
+    raise GGUFError(name, 4, f"unknown GGUF version {version}; this reader knows versions 2 and 3")
+
+
+def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+                 first_read: int = DEFAULT_FIRST_READ, check_data: bool = True) -> GGUFHeader:
+    """Parse the header from ``source``; raise GGUFError naming the offset on any problem."""
+    buf = _Buffer(source, first_read, max_header_bytes)
+    name = source.name
+    buf.ensure(8, 0)
+    order, version = _detect_order(name, bytes(buf.data[:8]))
+    p = _Parser(buf, order)
+    hdr = GGUFHeader()
+    hdr.source = name
+    hdr.version = version
+    hdr.byte_order = "little" if order == "<" else "big"
+
+    hdr.tensor_count, pos = p.read_count(8, _MIN_TENSOR_BYTES, "tensor")
+    hdr.kv_count, pos = p.read_count(pos, _MIN_KV_BYTES, "key/value")
+
+    for _ in range(hdr.kv_count):
+        at = pos
+        key, pos = p.read_str(pos, "key")
+        if key in hdr.kv:
+            raise p.fail(at, f"duplicate key {key!r}")
+        vtype, pos = p.read_u32(pos)
+        if vtype not in ValueType.__members__.values():
+            raise p.fail(pos - 4, f"unknown value type {vtype} for key {key!r}")
+        value, pos = p.read_value(vtype, pos)
+        hdr.kv[key] = KV(key, ValueType(vtype), value, at)
+
+    align_kv = hdr.kv.get("general.alignment")
+    if align_kv is not None:
+        a = align_kv.value
+        if align_kv.vtype != ValueType.UINT32 or a == 0 or a & (a - 1):
+            raise p.fail(align_kv.offset, f"general.alignment must be a non-zero power of two u32, got {a!r}")
+        hdr.alignment = a
+
+    seen: set[str] = set()
+    for i in range(hdr.tensor_count):
+        at = pos
+        tname, pos = p.read_str(pos, "tensor name")
+        if len(tname.encode("utf-8")) >= GGML_MAX_NAME:
+            raise p.fail(at, f"tensor {i} name {tname[:80]!r} is {len(tname)} bytes, llama.cpp allows < {GGML_MAX_NAME}")
+        if tname in seen:
+            raise p.fail(at, f"duplicate tensor name {tname!r}")
+        seen.add(tname)
+        n_dims, pos = p.read_u32(pos)
+        if not 1 <= n_dims <= GGML_MAX_DIMS:
+            raise p.fail(pos - 4, f"tensor {tname!r} has {n_dims} dimensions; ggml allows 1 to {GGML_MAX_DIMS}")
+        dims = []
+        n_elem = 1
+        for _ in range(n_dims):
+            d, pos = p.read_u64(pos)
+            if d > INT64_MAX:
+                raise p.fail(pos - 8, f"tensor {tname!r} has a negative dimension ({d - (1 << 64)})")
+            dims.append(d)
+            n_elem *= d
+        if n_elem > INT64_MAX:
+            raise p.fail(at, f"tensor {tname!r} shape {dims} has more than 2^63 elements (absurd dimensions)")
+        ttype, pos = p.read_u32(pos)
+        if ttype not in GGML_TYPES:
+            raise p.fail(pos - 4, f"tensor {tname!r} has invalid ggml type {ttype}")
+        block = GGML_TYPES[ttype][1]
+        if dims[0] % block:
+            raise p.fail(at, f"tensor {tname!r} row length {dims[0]} is not a multiple of the "
+                             f"{GGML_TYPES[ttype][0]} block size {block}")
+        offset, pos = p.read_u64(pos)
+        if offset % hdr.alignment:
+            raise p.fail(pos - 8, f"tensor {tname!r} data offset {offset} is not a multiple of the alignment {hdr.alignment}")
+        hdr.tensors.append(TensorInfo(tname, tuple(dims), ttype, offset, at))
+
+    hdr.header_bytes = pos
+    hdr.data_offset = pos + (-pos % hdr.alignment) if hdr.tensor_count else pos
+    hdr.file_size = source.size
+    if check_data and source.size is not None and hdr.tensors:
+        last = max(hdr.tensors, key=lambda t: t.offset + t.n_bytes)
+        end = hdr.data_offset + last.offset + last.n_bytes
+        if end > source.size:
+            raise GGUFError(name, hdr.data_offset + last.offset,
+                            f"the file is truncated: tensor {last.name!r} data ends at byte {end} but the "
+                            f"file is {source.size} bytes long")
+    hdr.bytes_read = source.bytes_read
+    hdr.requests = source.requests
+    return hdr
+
+
+def read_header(location: str, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+                first_read: int = DEFAULT_FIRST_READ, check_data: bool = True, **http_options: Any) -> GGUFHeader:
+    """Open ``location`` (path or http(s) URL), parse its header, close it."""
+    source = open_source(location, **http_options)
+    try:
+        return parse_header(source, max_header_bytes=max_header_bytes, first_read=first_read, check_data=check_data)
+    finally:
+        source.close()
+
+
+def tokens_sha256(tokens: Array, limit: int | None = None) -> str:
+    """Hex sha256 over the first ``limit`` tokens (all when None), each encoded as a GGUF string:
+    u64 little-endian byte length, then its UTF-8 bytes — whatever the file's byte order."""
+    return hashlib.sha256(tokens.canonical_bytes(limit)).hexdigest()
