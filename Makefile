@@ -35,7 +35,7 @@ llama-server: venv
 	PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh
 
 models: venv
-	$(PY) -m testbed.models $(CACHE)/demo-models
+	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
 
 demo: venv collection llama-server
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models

@@ -83,7 +83,8 @@ def spec_type_autodetect(hdr: GGUFHeader) -> tuple[str | None, str]:
     common/speculative.cpp common_speculative_types_from_gguf(): architecture "dflash" gives
     draft-dspark when the Markov head tensor markov_w1.weight is present, else draft-dflash; any
     other architecture gives draft-mtp when blk.<block_count-1>.nextn.eh_proj.weight exists, else
-    nothing (the server then keeps its default type, draft-simple for a draft model).
+    nothing: the type list stays at its default, none, and a plain draft given with -md alone is
+    loaded but never drafts (common/arg.cpp spec_types_is_default) — name --spec-type draft-simple.
     """
     arch_kv = hdr.kv.get("general.architecture")
     if arch_kv is None or arch_kv.vtype != ValueType.STRING:
@@ -100,7 +101,8 @@ def spec_type_autodetect(hdr: GGUFHeader) -> tuple[str | None, str]:
     name = f"blk.{bc.value - 1}.nextn.eh_proj.weight"
     if hdr.has_tensor(name):
         return "draft-mtp", f"tensor {name} present"
-    return None, f"architecture {arch} and no {name}: no type inferred"
+    return None, (f"architecture {arch} and no {name}: no type inferred; as a draft without --spec-type "
+                  "it is loaded but speculation stays off (pass --spec-type draft-simple)")
 
 
 def tokenizer_facts(hdr: GGUFHeader) -> dict[str, Any]:
