@@ -1,0 +1,349 @@
+#!/usr/bin/python
+# Will a speculative llama-server config fit? Target and drafter KV (and weights) per device, and the fixes when not.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kv_budget
+short_description: Size the target's and the drafter's KV cache per device and say whether a speculative config fits
+version_added: 0.1.0
+description:
+  - Computes, from GGUF header facts, the KV bytes per position and in total of the target's
+    context and of the draft context, by the allocation rules of the llama.cpp tree the collection
+    pins. Only layers that hold a KV cache count (recurrent layers of hybrid models do not), with
+    per-layer KV heads, the key and value head sizes, the cache type's real size
+    (C(f32), C(f16), C(bf16), C(q8_0), C(q4_0), C(q4_1), C(q5_0), C(q5_1), C(iq4_nl), by their
+    block sizes), sliding-window layers sized by the window, and the parallel slots.
+  - The draft context is as long as the target's (llama.cpp builds it with the target's C(n_ctx);
+    no flag caps it), so a drafter without a sliding window caches the whole target window.
+  - Places every layer, and its KV, on the devices the flags name (O(device), O(draft_device),
+    O(tensor_split), O(n_gpu_layers)) the way llama.cpp assigns whole layers, then compares each device
+    against its memory from O(devices). Weights count too when the facts carry the tensor list.
+  - When a device overflows, proposes the fixes in the field notes' order, each with the resulting
+    per-device numbers - a skewed O(tensor_split) first, then the drafter on another device, then a
+    quantized draft cache, and only then a context cut (the largest context that fits).
+  - Reports configurations llama.cpp refuses to load (a quantized V cache without flash attention,
+    a quantized cache whose block does not divide the head size, C(draft-mtp) on a model without
+    MTP layers).
+  - "Also returns, per cache, the exact C(llama_kv_cache: size = ...) line llama-server prints at load."
+  - Only reads; changes nothing anywhere.
+options:
+  target:
+    description:
+      - The target model. Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
+        C(gguf), or that module's whole result) or a local path or http(s) URL of its GGUF file.
+      - Facts read with C(include_tensors) (or a path) let the weights count per device.
+    type: raw
+    required: true
+  draft:
+    description:
+      - The draft model (C(-md)), as facts or a path, like O(target). Leave it out for no draft model;
+        with O(spec_type) C(draft-mtp) the MTP context is then built on the target.
+    type: raw
+  ctx_size:
+    description:
+      - C(-c). The context llama-server allocates for all slots together. Defaults to the target's
+        training context, as llama-server does when C(-c) is not given.
+    type: int
+  parallel:
+    description:
+      - C(-np), the number of slots. Without it llama-server runs 4 slots with a unified cache.
+    type: int
+  kv_unified:
+    description:
+      - C(-kvu). One KV buffer shared by all slots. Defaults to on exactly when O(parallel) is not given.
+      - Off, every slot gets its own stream of C(ctx_size / parallel) cells (padded to 256).
+    type: bool
+  cache_type_k:
+    description: C(-ctk), the target's K cache type.
+    type: str
+    default: f16
+    choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
+  cache_type_v:
+    description: C(-ctv), the target's V cache type. Quantized types need flash attention.
+    type: str
+    default: f16
+    choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
+  draft_cache_type_k:
+    description: C(-ctkd), the draft context's K cache type (llama.cpp does not copy O(cache_type_k)).
+    type: str
+    default: f16
+    choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
+  draft_cache_type_v:
+    description: C(-ctvd), the draft context's V cache type.
+    type: str
+    default: f16
+    choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
+  flash_attn:
+    description:
+      - C(-fa). V(auto) sizes like V(on) (llama.cpp creates the cache before it resolves auto).
+      - V(off) stores V transposed, padded to the widest layer's V row when layers differ.
+    type: str
+    default: auto
+    choices: ['on', 'off', auto]
+  device:
+    description:
+      - C(--device), llama.cpp device names such as C(CUDA0) or C(ROCm1); V(none) for the CPU only.
+      - Defaults to what llama.cpp picks - every discrete GPU in O(devices), the integrated ones only when there is none.
+    type: list
+    elements: str
+  draft_device:
+    description:
+      - C(--spec-draft-device) / C(-devd). Defaults to the target's device list, and then the drafter
+        also follows O(tensor_split).
+    type: list
+    elements: str
+  tensor_split:
+    description:
+      - C(-ts), the proportions of layers per device in O(device) order. Defaults to each device's free
+        memory, as llama.cpp does.
+    type: list
+    elements: float
+  n_gpu_layers:
+    description: C(-ngl). V(-1) offloads every layer (llama.cpp's C(--fit) may lower an unset value; give it).
+    type: int
+    default: -1
+  draft_n_gpu_layers:
+    description: C(-ngld), for the draft model.
+    type: int
+    default: -1
+  kv_offload:
+    description: False for C(-nkvo), which keeps every KV cache in host memory.
+    type: bool
+    default: true
+  swa_full:
+    description: C(--swa-full), which sizes sliding-window layers like full ones.
+    type: bool
+    default: false
+  batch_size:
+    description: C(-b). Bounds the micro-batch, which the sliding-window cache reserves room for.
+    type: int
+    default: 2048
+  ubatch_size:
+    description: C(-ub), the micro-batch the sliding-window cache adds to the window.
+    type: int
+    default: 512
+  spec_type:
+    description:
+      - C(--spec-type) values. Without them the type llama.cpp infers from the draft's header counts.
+      - C(draft-mtp) builds the draft context on the draft model when one is given, else on the target,
+        holding only the MTP (nextn) layers.
+    type: list
+    elements: str
+    default: []
+  devices:
+    description:
+      - Device memory facts, as M(llmfleet.specdec.gpu_facts) returns them under C(devices)
+        (C(index), C(name), C(backend), C(total_bytes), C(free_bytes), C(usable_bytes)...).
+      - Each device's llama.cpp name is its C(llama_device) key, else C(CUDA<index>) for backend
+        C(cuda), C(ROCm<index>) for C(rocm), C(Vulkan<index>) for C(vulkan). A device named C(CPU)
+        gives the host's budget.
+      - Without devices everything is sized and placed, and RV(kv_budget.fits) is null.
+    type: list
+    elements: dict
+    default: []
+  headroom_bytes:
+    description:
+      - Bytes kept free on every device for compute buffers and the backend's own use. The default is
+        llama.cpp's own C(--fit-target) margin, 1 GiB.
+    type: int
+    default: 1073741824
+  memory:
+    description:
+      - Compare against each device's V(total) memory (C(usable_bytes), which counts GTT on an APU)
+        or its V(free) memory now (right when the server is not running; a running server's own
+        memory is not free).
+    type: str
+    default: total
+    choices: [total, free]
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+  - llmfleet.specdec.attributes.read_only
+  - llmfleet.specdec.gguf_read
+notes:
+  - Every cache tensor holds a multiple of 256 cells, so no buffer alignment pads it; the device's
+    C(KV buffer size) that llama-server prints equals the sum here.
+  - Not counted - compute buffers (keep O(headroom_bytes) for them), the recurrent state of hybrid
+    models (per slot, not per position), MLA caches, and weights when the facts have no tensor list.
+  - The field notes' numbers come out as computed here. A DSpark-like drafter (5 layers, 8 KV heads
+    of 128, no window) costs 20 KiB per position, 5.0 GiB at 262144. A DFlash drafter with a 2048
+    window holds 2048 positions per sequence, 40 MiB, plus one micro-batch padded to 256 cells
+    (2560 cells, 50 MiB at one slot).
+seealso:
+  - module: llmfleet.specdec.gguf_info
+  - module: llmfleet.specdec.gpu_facts
+author:
+  - llmfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read the devices
+  llmfleet.specdec.gpu_facts:
+  register: gpus
+
+- name: Will the DSpark drafter fit next to the target at the full window?
+  llmfleet.specdec.kv_budget:
+    target: /srv/models/Qwen3.6-27B-Q8_0.gguf
+    draft: /srv/models/Qwen3.6-27B-DSpark-Q8_0.gguf
+    ctx_size: 262144
+    parallel: 1
+    device: [CUDA0, CUDA1]
+    draft_device: [CUDA1]
+    devices: "{{ gpus.devices }}"
+  register: budget
+
+- name: Stop with the fixes, in the field notes' order
+  ansible.builtin.assert:
+    that: budget.kv_budget.fits
+    fail_msg: "{{ budget.kv_budget.summary | join('\n') }}"
+
+- name: Size from facts already read with gguf_info (include_tensors counts the weights)
+  llmfleet.specdec.kv_budget:
+    target: "{{ target_info.gguf }}"
+    draft: "{{ draft_info.gguf }}"
+    ctx_size: 65536
+    parallel: 2
+    draft_cache_type_k: q8_0
+    draft_cache_type_v: q8_0
+    flash_attn: 'on'
+"""
+
+RETURN = r"""
+kv_budget:
+  description: The sizing, the per-device comparison and the fixes.
+  returned: success
+  type: dict
+  contains:
+    target:
+      description:
+        - The target context. C(per_position_bytes) (K + V of one position over its KV layers),
+          C(total_bytes), C(k_bytes), C(v_bytes), C(kv_layers), C(swa_layers), C(full_layers),
+          C(context) (C(n_ctx), C(n_ctx_seq), C(n_seq_max), C(n_stream), C(n_ubatch)), C(caches)
+          (one per llama.cpp cache, full and SWA, with cells, bytes and per-layer rows and devices),
+          C(log_lines) (what llama-server prints for each cache), C(kv_by_device),
+          C(weights_by_device) (null without tensors), C(layer_devices), and C(swa_window_bytes)
+          (the window alone) for sliding-window models.
+      type: dict
+      sample:
+        per_position_bytes: 131072
+        total_bytes: 34359738368
+        kv_layers: [3, 7, 11]
+        context: {n_ctx: 262144, n_ctx_seq: 262144, n_seq_max: 1, n_stream: 1, n_ubatch: 512}
+    draft:
+      description: The draft (or MTP) context, as RV(kv_budget.target), plus C(spec_type); null without one.
+      type: dict
+      sample: {per_position_bytes: 20480, total_bytes: 5368709120, kv_layers: [0, 1, 2, 3, 4]}
+    devices:
+      description:
+        - One row per device - target and draft weights and KV bytes, C(needed_bytes),
+          C(memory_bytes) (and which key it came from), C(available_bytes) (memory less headroom),
+          C(fits), C(over_bytes), C(spare_bytes). C(fits) is null where no memory is known.
+      type: list
+      elements: dict
+    fits:
+      description: True when every device with known memory fits, false when one overflows, null when no memory was given.
+      type: bool
+    loads:
+      description: False when llama.cpp would refuse the configuration; C(problems) says why.
+      type: bool
+    problems:
+      description: Why llama.cpp would refuse to load the configuration.
+      type: list
+      elements: str
+    fixes:
+      description:
+        - When a device overflows, the fixes in the field notes' order, each applied alone to the given
+          config - C(fix) (C(tensor_split), C(draft_device), C(draft_cache_type), C(ctx_size)),
+          C(flags), C(change), C(resolves), C(summary), and the resulting C(devices) rows.
+      type: list
+      elements: dict
+      sample:
+        - {order: 1, fix: tensor_split, flags: ["-ts", "37,30"], resolves: true}
+        - {order: 4, fix: ctx_size, flags: ["-c", "147456"], resolves: true}
+    weights_included:
+      description: Whether model weights are in the per-device numbers (the facts carried tensor lists).
+      type: bool
+    notes:
+      description: Defaults applied and what the numbers leave out.
+      type: list
+      elements: str
+    config:
+      description: The config as sized, llama-server's defaults filled in.
+      type: dict
+    summary:
+      description: The answer as lines, fixes last.
+      type: list
+      elements: str
+"""
+
+import traceback
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import CACHE_TYPES, SizingError, kv_budget
+
+_TYPES = list(CACHE_TYPES)
+
+ARGUMENT_SPEC = dict(
+    target=dict(type="raw", required=True),
+    draft=dict(type="raw"),
+    ctx_size=dict(type="int"),
+    parallel=dict(type="int"),
+    kv_unified=dict(type="bool"),
+    cache_type_k=dict(type="str", default="f16", choices=_TYPES),
+    cache_type_v=dict(type="str", default="f16", choices=_TYPES),
+    draft_cache_type_k=dict(type="str", default="f16", choices=_TYPES),
+    draft_cache_type_v=dict(type="str", default="f16", choices=_TYPES),
+    flash_attn=dict(type="str", default="auto", choices=["on", "off", "auto"]),
+    device=dict(type="list", elements="str"),
+    draft_device=dict(type="list", elements="str"),
+    tensor_split=dict(type="list", elements="float"),
+    n_gpu_layers=dict(type="int", default=-1),
+    draft_n_gpu_layers=dict(type="int", default=-1),
+    kv_offload=dict(type="bool", default=True),
+    swa_full=dict(type="bool", default=False),
+    batch_size=dict(type="int", default=2048),
+    ubatch_size=dict(type="int", default=512),
+    spec_type=dict(type="list", elements="str", default=[]),
+    devices=dict(type="list", elements="dict", default=[]),
+    headroom_bytes=dict(type="int", default=1024 * 1024 * 1024),
+    memory=dict(type="str", default="total", choices=["total", "free"]),
+    **GGUF_READ_ARGS,
+)
+
+_CONFIG_KEYS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "draft_cache_type_k",
+                "draft_cache_type_v", "flash_attn", "device", "draft_device", "tensor_split", "n_gpu_layers",
+                "draft_n_gpu_layers", "kv_offload", "swa_full", "batch_size", "ubatch_size", "spec_type",
+                "devices", "headroom_bytes", "memory")
+
+
+def model_input(name: str, value: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+    """Header facts from a facts dict (or a whole gguf_info result), or read from a path or URL."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value["gguf"] if isinstance(value.get("gguf"), dict) else value
+    if isinstance(value, str) and value.strip():
+        return model_facts(read_header(value.strip(), **gguf_read_options(params)), include_tensors=True)
+    raise SizingError(f"{name}: expected header facts (a dict from gguf_info) or a GGUF path or URL, got {value!r}")
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    try:
+        target = model_input("target", p["target"], p)
+        draft = model_input("draft", p["draft"], p)
+        result = kv_budget(target, draft, {k: p[k] for k in _CONFIG_KEYS})
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    module.exit_json(changed=False, kv_budget=result)
+
+
+if __name__ == "__main__":
+    main()
