@@ -45,8 +45,9 @@ _BPE_PRE_NO_BOS = frozenset({"chatglm-bpe", "glm4", "glm5"})
 
 # What the server does when the pair is refused: tools/server/server-context.cpp catches the
 # exception common_speculative_init throws, logs it, and serves on without a speculative context.
-# The check runs only in common_speculative_impl_draft_simple's constructor (draft-simple, the
-# default type for a plain draft model); the trained-head types do not call it.
+# The check runs only in common_speculative_impl_draft_simple's constructor (--spec-type
+# draft-simple, which a plain draft needs named: with -md alone the type list stays 'none');
+# the trained-head types do not call it.
 REFUSAL_BEHAVIOUR = (
     "llama-server logs 'the target and draft vocabs are not compatible' and 'failed to initialize "
     "speculative decoding context', then keeps serving WITHOUT speculation (/slots shows "
