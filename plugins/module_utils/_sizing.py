@@ -226,6 +226,23 @@ class Config:
 _CONFIG_KEYS = frozenset(Config.__dataclass_fields__)
 
 
+def config_from_parsed(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    """The memory-relevant part of a config parsed by ``_flags.parse`` (flags and/or LLAMA_ARG_*)."""
+    out = {k: v for k, v in parsed.items() if k in _CONFIG_KEYS and v is not None}
+    options = parsed.get("options") or {}
+    if "--swa-full" in options:
+        out["swa_full"] = bool(options["--swa-full"])
+    if "--kv-offload" in options:
+        out["kv_offload"] = bool(options["--kv-offload"])
+    if parsed.get("spec_types"):
+        out["spec_type"] = list(parsed["spec_types"])
+    for key in ("n_gpu_layers", "draft_n_gpu_layers"):
+        if isinstance(out.get(key), str):
+            value = out[key].strip().lower()
+            out[key] = -1 if value in ("all", "auto", "-1") else _int(key, value)
+    return out  # device lists and -ts strings are read by normalize_config as llama.cpp reads them
+
+
 def normalize_config(config: Mapping[str, Any] | Config | None) -> Config:
     """Check every input and fill llama-server's defaults; errors name the input."""
     if isinstance(config, Config):

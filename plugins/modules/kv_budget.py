@@ -28,16 +28,34 @@ description:
   - "Also returns, per cache, the exact C(llama_kv_cache: size = ...) line llama-server prints at load."
   - Only reads; changes nothing anywhere.
 options:
+  flags:
+    description:
+      - The config as llama-server command-line flags, read as llama.cpp's C(common/arg.cpp) reads them
+        (the same parser M(llmfleet.specdec.spec_lint) uses). Memory-relevant flags (C(-c), C(-np),
+        C(-kvu), C(-ctk)/C(-ctv)/C(-ctkd)/C(-ctvd), C(-fa), C(--device), C(-devd), C(-ts), C(-ngl),
+        C(-ngld), C(-nkvo), C(--swa-full), C(-b), C(-ub), C(--spec-type), C(-m), C(-md)) fill the
+        options below; an option given explicitly wins over the flags.
+      - Options not given by either take llama-server's own defaults (f16 caches, C(-fa auto), all
+        layers offloaded, C(-b 2048), C(-ub 512)).
+    type: list
+    elements: str
+    default: []
+  env:
+    description:
+      - The config as C(LLAMA_ARG_*) environment (an env file's contents), applied before O(flags) as
+        llama-server does.
+    type: dict
+    default: {}
   target:
     description:
-      - The target model. Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
+      - The target model. Defaults to the C(-m) / C(LLAMA_ARG_MODEL) of O(flags) / O(env). Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
         C(gguf), or that module's whole result) or a local path or http(s) URL of its GGUF file.
       - Facts read with C(include_tensors) (or a path) let the weights count per device.
     type: raw
-    required: true
   draft:
     description:
-      - The draft model (C(-md)), as facts or a path, like O(target). Leave it out for no draft model;
+      - The draft model (C(-md)), as facts or a path, like O(target). Defaults to the C(-md) of
+        O(flags) / O(env). Leave it out for no draft model;
         with O(spec_type) C(draft-mtp) the MTP context is then built on the target.
     type: raw
   ctx_size:
@@ -283,33 +301,41 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_config
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
-from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import CACHE_TYPES, SizingError, kv_budget
+from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import (
+    CACHE_TYPES,
+    SizingError,
+    config_from_parsed,
+    kv_budget,
+)
 
 _TYPES = list(CACHE_TYPES)
 
 ARGUMENT_SPEC = dict(
-    target=dict(type="raw", required=True),
+    flags=dict(type="list", elements="str", default=[]),
+    env=dict(type="dict", default={}),
+    target=dict(type="raw"),
     draft=dict(type="raw"),
     ctx_size=dict(type="int"),
     parallel=dict(type="int"),
     kv_unified=dict(type="bool"),
-    cache_type_k=dict(type="str", default="f16", choices=_TYPES),
-    cache_type_v=dict(type="str", default="f16", choices=_TYPES),
-    draft_cache_type_k=dict(type="str", default="f16", choices=_TYPES),
-    draft_cache_type_v=dict(type="str", default="f16", choices=_TYPES),
-    flash_attn=dict(type="str", default="auto", choices=["on", "off", "auto"]),
+    cache_type_k=dict(type="str", choices=_TYPES),
+    cache_type_v=dict(type="str", choices=_TYPES),
+    draft_cache_type_k=dict(type="str", choices=_TYPES),
+    draft_cache_type_v=dict(type="str", choices=_TYPES),
+    flash_attn=dict(type="str", choices=["on", "off", "auto"]),
     device=dict(type="list", elements="str"),
     draft_device=dict(type="list", elements="str"),
     tensor_split=dict(type="list", elements="float"),
-    n_gpu_layers=dict(type="int", default=-1),
-    draft_n_gpu_layers=dict(type="int", default=-1),
-    kv_offload=dict(type="bool", default=True),
-    swa_full=dict(type="bool", default=False),
-    batch_size=dict(type="int", default=2048),
-    ubatch_size=dict(type="int", default=512),
-    spec_type=dict(type="list", elements="str", default=[]),
+    n_gpu_layers=dict(type="int"),
+    draft_n_gpu_layers=dict(type="int"),
+    kv_offload=dict(type="bool"),
+    swa_full=dict(type="bool"),
+    batch_size=dict(type="int"),
+    ubatch_size=dict(type="int"),
+    spec_type=dict(type="list", elements="str"),
     devices=dict(type="list", elements="dict", default=[]),
     headroom_bytes=dict(type="int", default=1024 * 1024 * 1024),
     memory=dict(type="str", default="total", choices=["total", "free"]),
@@ -337,9 +363,15 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
-        target = model_input("target", p["target"], p)
-        draft = model_input("draft", p["draft"], p)
-        result = kv_budget(target, draft, {k: p[k] for k in _CONFIG_KEYS})
+        parsed = parse_config(p["flags"], p["env"])
+        config = config_from_parsed(parsed)
+        config.update({k: p[k] for k in _CONFIG_KEYS if p[k] is not None})
+        target_in = p["target"] if p["target"] is not None else parsed.get("model")
+        if target_in is None:
+            raise SizingError("target: give the target model (facts or a path), or -m / LLAMA_ARG_MODEL in flags or env")
+        target = model_input("target", target_in, p)
+        draft = model_input("draft", p["draft"] if p["draft"] is not None else parsed.get("draft_model"), p)
+        result = kv_budget(target, draft, config)
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     module.exit_json(changed=False, kv_budget=result)

@@ -561,3 +561,29 @@ def test_module_bad_input(args: dict[str, Any], message: str, capsys: pytest.Cap
 def test_module_missing_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _run({"target": str(tmp_path / "absent.gguf"), "ctx_size": 512}, capsys)
     assert out["failed"] is True and "absent.gguf" in out["msg"]
+
+
+def test_module_reads_the_config_from_flags_and_env(tmp_path, capsys) -> None:
+    """kv_budget given flags/env equals kv_budget given the same config as options."""
+    from ansible_collections.llmfleet.specdec.plugins.modules import kv_budget as mod
+    from testbed.models import write_standard_set
+
+    files = write_standard_set(tmp_path)
+
+    def run(args):
+        with patch_module_args(args), pytest.raises(SystemExit):
+            mod.main()
+        return json.loads(capsys.readouterr().out)
+
+    by_flags = run({"flags": ["-m", str(files["target.gguf"]), "-md", str(files["draft.gguf"]), "-c", "2048",
+                              "-np", "2", "-ctk", "q8_0", "-fa", "on", "--spec-type", "draft-simple"],
+                    "env": {"LLAMA_ARG_CACHE_TYPE_V": "q8_0"}})
+    by_options = run({"target": str(files["target.gguf"]), "draft": str(files["draft.gguf"]), "ctx_size": 2048,
+                      "parallel": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on",
+                      "spec_type": ["draft-simple"]})
+    assert by_flags["kv_budget"]["target"] == by_options["kv_budget"]["target"]
+    assert by_flags["kv_budget"]["draft"] == by_options["kv_budget"]["draft"]
+    explicit = run({"flags": ["-m", str(files["target.gguf"]), "-c", "2048"], "ctx_size": 4096})
+    assert explicit["kv_budget"]["target"] != by_options["kv_budget"]["target"]
+    missing = run({"flags": ["-c", "2048"]})
+    assert missing["failed"] and "target" in missing["msg"]
