@@ -48,8 +48,9 @@ options:
     default: {}
   target:
     description:
-      - The target model. Defaults to the C(-m) / C(LLAMA_ARG_MODEL) of O(flags) / O(env). Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
+      - The target model. Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
         C(gguf), or that module's whole result) or a local path or http(s) URL of its GGUF file.
+        Defaults to the C(-m) / C(LLAMA_ARG_MODEL) of O(flags) / O(env).
       - Facts read with C(include_tensors) (or a path) let the weights count per device.
     type: raw
   draft:
