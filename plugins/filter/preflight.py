@@ -1,0 +1,109 @@
+# Controller-side filters that fold preflight module results into one verdict per config and a table.
+from __future__ import annotations
+
+from typing import Any
+
+# llama.cpp's context-backed drafters; an ngram layer costs ~nothing per round
+_CONTEXT_BACKED = ("draft-dspark", "draft-dflash", "draft-eagle3", "draft-mtp", "draft-simple")
+
+
+def costliest_drafter(chain: list[str] | None) -> str | None:
+    """The implementation of a chain that decides its cost per round: the drafter, else the first ngram."""
+    chain = list(chain or [])
+    for kind in _CONTEXT_BACKED:
+        if kind in chain:
+            return kind
+    return chain[0] if chain else None
+
+
+def _first(findings: list[dict[str, Any]] | None) -> str:
+    findings = findings or []
+    if not findings:
+        return ""
+    f = findings[0]
+    more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
+    return f"{f.get('code', '?')}{more}"
+
+
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1048576:.1f} MiB"
+
+
+def _worth(result: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    if not result or result.get("skipped"):
+        return "-", None
+    if result.get("failed"):
+        return "error: " + str(result.get("msg", ""))[:60], None
+    b = result.get("breakeven") or {}
+    rows = b.get("breakeven") or []
+    band = (b.get("realistic") or {}).get("verdict")
+    if not rows:
+        return band or "?", b
+    p = rows[0].get("breakeven_p")
+    return f"{band or '?'} (break-even p {'none' if p is None else f'{p:.2f}'} at K={rows[0].get('k')})", b
+
+
+def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]], kv: list[dict[str, Any]],
+                      worth: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One verdict dict per config from the registered loop results of the preflight role."""
+    by_name = {}
+    for r in worth or []:
+        item = r.get("item")
+        if isinstance(item, (list, tuple)) and item:
+            by_name[item[0].get("name")] = r
+    out = []
+    for config, lint_r, kv_r in zip(configs, lint, kv):
+        name = config.get("name")
+        if lint_r.get("failed"):
+            out.append({"name": name, "legal": False, "error": lint_r.get("msg"), "silent_off": [], "fits": None,
+                        "worth": "-", "effective_chain": []})
+            continue
+        budget = kv_r.get("kv_budget") if not kv_r.get("failed") else None
+        worth_text, worth_data = _worth(by_name.get(name))
+        out.append({
+            "name": name,
+            "legal": bool(lint_r.get("ok")),
+            "errors": lint_r.get("errors") or [],
+            "silent_off": lint_r.get("silent_off") or [],
+            "warnings": lint_r.get("lint_warnings") or [],
+            "effective_chain": lint_r.get("effective_chain") or [],
+            "fits": None if budget is None else budget.get("fits"),
+            "kv_bytes": None if budget is None else sum(
+                (budget.get(m) or {}).get("total_bytes") or 0 for m in ("target", "draft")),
+            "kv_summary": [] if budget is None else budget.get("summary") or [],
+            "kv_fixes": [] if budget is None else budget.get("fixes") or [],
+            "kv_error": kv_r.get("msg") if kv_r.get("failed") else None,
+            "worth": worth_text,
+            "breakeven": worth_data,
+        })
+    return out
+
+
+def preflight_table(results: list[dict[str, Any]]) -> list[str]:
+    """Readable lines: config | legal? | silently off? | fits? | worth it? | chain."""
+    lines = ["config | legal? | silently off? | fits? (KV) | worth it? | chain that runs"]
+    for r in results:
+        if r.get("error"):
+            lines.append(f"{r['name']} | ERROR: {r['error']} | - | - | - | -")
+            continue
+        legal = "yes" if r["legal"] else "NO: " + _first(r.get("errors"))
+        off = "no" if not r["silent_off"] else "YES: " + _first(r["silent_off"])
+        fits = {True: "yes", False: "NO", None: "?"}[r["fits"]] + f" ({_mib(r.get('kv_bytes'))})"
+        if r.get("kv_error"):
+            fits = "? (" + str(r["kv_error"])[:50] + ")"
+        chain = ",".join(r["effective_chain"]) or "none"
+        lines.append(f"{r['name']} | {legal} | {off} | {fits} | {r['worth'] if r['legal'] else '-'} | {chain}")
+    for r in results:
+        for kind in ("errors", "silent_off"):
+            for f in r.get(kind) or []:
+                lines.append(f"  {r['name']}: {f.get('code')}: {f.get('reason')} -> {f.get('fix')}")
+    return lines
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "costliest_drafter": costliest_drafter,
+            "preflight_results": preflight_results,
+            "preflight_table": preflight_table,
+        }

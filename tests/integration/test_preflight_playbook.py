@@ -1,0 +1,77 @@
+"""playbooks/preflight.yml on the demo host, then the real llama-server run with each config.
+
+The playbook's structured verdicts (job stats) must say, for every config, exactly what the
+server then does: refuse to start, start with speculation silently off, or speculate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.models import write_standard_set
+from testbed.server import LlamaServer
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
+    cache = tmp_path_factory.mktemp("cache")
+    write_standard_set(cache / "demo-models")
+    env = dict(os.environ, LLMFLEET_CACHE=str(cache), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
+    bindir = Path(sys.executable).parent
+    proc = subprocess.run([str(bindir / "ansible-playbook"), "playbooks/preflight.yml", "-l", "specdec-demo"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    results = out["global_custom_stats"]["specdec_preflight"]["specdec-demo"]
+    table = next(t for play in out["plays"] for t in play["tasks"] if t["task"]["name"].endswith("preflight table"))
+    lines = table["hosts"]["specdec-demo"]["msg"]
+    return {r["name"]: r for r in results}, "\n".join(lines), cache / "demo-models"
+
+
+def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> None:
+    results, table, _ = preflight
+    assert table.splitlines()[0] == "config | legal? | silently off? | fits? (KV) | worth it? | chain that runs"
+    assert set(results) == {"baseline", "draft-n3", "draft-n7", "ngram-mod", "draft-n3+ngram-mod",
+                            "draft-without-type", "draft-other-tokenizer", "mtp-old-name"}
+    assert results["mtp-old-name"]["legal"] is False
+    assert [f["code"] for f in results["draft-without-type"]["silent_off"]] == ["draft-without-type"]
+    assert [f["code"] for f in results["draft-other-tokenizer"]["silent_off"]] == ["draft-vocab-incompatible"]
+    assert results["draft-n3+ngram-mod"]["effective_chain"] == ["ngram-mod", "draft-simple"]  # fixed internal order
+    assert all(r["fits"] is True for r in results.values())
+    # a draft doubles nothing here but adds its own KV: 2 layers of the target's 4
+    assert results["draft-n3"]["kv_bytes"] == results["baseline"]["kv_bytes"] * 3 // 2
+    # the depth reaches the arithmetic: K = 7 for draft-n7
+    assert results["draft-n7"]["breakeven"]["breakeven"][0]["k"] == 7
+    assert results["draft-n3"]["breakeven"]["breakeven"][0]["k"] == 3
+    assert results["baseline"]["worth"] == "-"
+
+
+def test_the_server_does_what_preflight_said(preflight: tuple[dict, str, Path], tmp_path: Path) -> None:
+    import yaml
+
+    results, _, models = preflight
+    host_vars = yaml.safe_load((ROOT / "inventory/host_vars/specdec-demo.yml").read_text())
+    for config in host_vars["specdec_configs"]:
+        verdict = results[config["name"]]
+        env = {k: str(v).replace("{{ specdec_models_dir }}", str(models)) for k, v in config["env"].items()}
+        server = LlamaServer(models / "target.gguf", env=env, ctx_size=4096, log_dir=tmp_path / config["name"])
+        try:
+            if not verdict["legal"]:
+                server.start(wait=False)
+                assert server.wait_exit(30) != 0, config["name"]
+                continue
+            server.start(wait=True)
+            speculating = [s["speculative"] for s in server.slots()]
+            expected = bool(verdict["effective_chain"]) and not verdict["silent_off"]
+            assert speculating == [expected], (config["name"], server.log_text()[-1500:])
+        finally:
+            server.stop()
