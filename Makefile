@@ -39,7 +39,8 @@ models: venv
 
 demo: venv collection llama-server
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
-	$(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml -e specdec_demo_models=$(CACHE)/demo-models
+	$(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml
+	$(VENV)/bin/ansible-playbook playbooks/preflight.yml -l specdec-demo
 
 lint: venv
 	$(PY) -m ruff check .

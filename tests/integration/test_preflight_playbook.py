@@ -25,7 +25,8 @@ def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path
     cache = tmp_path_factory.mktemp("cache")
     write_standard_set(cache / "demo-models")
     env = dict(os.environ, LLMFLEET_CACHE=str(cache), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_SHOW_CUSTOM_STATS="1")
     bindir = Path(sys.executable).parent
     proc = subprocess.run([str(bindir / "ansible-playbook"), "playbooks/preflight.yml", "-l", "specdec-demo"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
