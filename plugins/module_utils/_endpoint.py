@@ -1,0 +1,482 @@
+# Private to the collection: HTTP to one running llama-server or vLLM endpoint, and the bench that measures it (no decisions).
+"""A small client for the server a host runs, and the measuring loop of spec_bench.
+
+Endpoints used (llama-server / vLLM):
+
+- ``GET /health``: ``{"status": "ok"}`` / an empty 200; 503 "Loading model" while loading;
+- ``GET /props`` (llama-server only) and ``GET /v1/models`` (both; ``owned_by`` names the engine);
+- ``GET /slots`` (llama-server with ``--slots``): each slot's ``speculative`` flag, the only
+  place llama-server says whether speculation is on (``/props`` does not);
+- ``GET /metrics`` (llama-server needs ``--metrics``): the ``llamacpp:spec_decode_*`` and
+  ``vllm:spec_decode_*`` counters, read by ``_breakeven.parse_spec_counters``;
+- ``POST /completion`` (llama.cpp native) and ``POST /v1/chat/completions`` (OpenAI-compatible).
+
+Every request is greedy (temperature 0) and does the same work each time: llama.cpp gets
+``cache_prompt: false``; vLLM gets a fresh ``cache_salt`` so its prefix cache is not shared
+between requests. Thinking is disabled per chat request with
+``chat_template_kwargs: {"enable_thinking": false}`` (templates without the switch ignore it);
+an answer whose ``content`` is empty falls back to ``reasoning_content``.
+
+Decode tok/s is llama.cpp's ``timings.predicted_per_second`` (both APIs carry ``timings``). vLLM's
+reply has no timings: its rate is ``usage.completion_tokens / wall time`` of the request, which
+includes the prompt's prefill; the record says which with ``rate_source``.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import uuid
+from typing import Any, Mapping
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import (
+    Prompt,
+    build_shapes,
+    check_shapes,
+    summarize,
+)
+
+__all__ = [
+    "APIS",
+    "BENCH_SCHEMA",
+    "ENGINES",
+    "Endpoint",
+    "EndpointError",
+    "counter_delta",
+    "counters_from_metrics",
+    "detect_server",
+    "parse_reply",
+    "parse_spec_counters",
+    "plan_requests",
+    "run_bench",
+]
+
+BENCH_SCHEMA = "llmfleet.specdec/bench/1"
+APIS = ("llamacpp", "openai")
+ENGINES = ("llamacpp", "vllm")
+COUNTER_KEYS = ("drafts", "draft_tokens", "accepted_tokens")
+# llama-server prints its spec totals as C++ doubles with 6 significant digits: from 1e6 on they are rounded.
+_LLAMACPP_EXACT_BELOW = 1_000_000
+_BODY_START = 300
+
+
+class EndpointError(SpecdecError):
+    """A request to the endpoint failed: unreachable, an error status, or a reply that is not what it should be."""
+
+
+# ---------------------------------------------------------------------------------------------
+# pure parsing (recorded replies in the unit tests go through here)
+
+
+def counters_from_metrics(text: str) -> dict[str, Any]:
+    """The speculation counters of a /metrics text as whole numbers, in the bench's key names.
+
+    ``{"engine": "llama.cpp"|"vllm", "exported": bool, "drafts", "draft_tokens", "accepted_tokens",
+    "accepted_per_pos": [int, ...], "exact": bool}``. ``exact`` is false when a llama.cpp total has
+    reached 1e6, where llama-server prints it rounded to 6 significant digits.
+    """
+    parsed = parse_spec_counters(text)
+    out: dict[str, Any] = {
+        "engine": parsed["engine"],
+        "exported": parsed["counters_exported"],
+        "drafts": round(parsed["drafts"]),
+        "draft_tokens": round(parsed["draft_tokens"]),
+        "accepted_tokens": round(parsed["accepted_tokens"]),
+        "accepted_per_pos": [round(v) for v in parsed["accepted_per_position"]],
+    }
+    out["exact"] = not (parsed["engine"] == "llama.cpp"
+                        and max(out[k] for k in COUNTER_KEYS) >= _LLAMACPP_EXACT_BELOW)
+    return out
+
+
+def counter_delta(before: Mapping[str, Any], after: Mapping[str, Any], where: str = "/metrics") -> dict[str, Any]:
+    """after - before for the three totals and per position; a counter that went down is an error."""
+    delta: dict[str, Any] = {}
+    for key in COUNTER_KEYS:
+        delta[key] = int(after[key]) - int(before[key])
+    b_pos, a_pos = list(before["accepted_per_pos"]), list(after["accepted_per_pos"])
+    width = max(len(b_pos), len(a_pos))
+    b_pos += [0] * (width - len(b_pos))
+    a_pos += [0] * (width - len(a_pos))
+    delta["accepted_per_pos"] = [a - b for a, b in zip(a_pos, b_pos)]
+    if any(delta[k] < 0 for k in COUNTER_KEYS) or any(v < 0 for v in delta["accepted_per_pos"]):
+        raise EndpointError(
+            f"{where}: the speculation counters went down between two reads ({dict(before)} -> {dict(after)}); "
+            "the server restarted during the bench. Run it again on a server that stays up.")
+    return delta
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
+def _text_of(reply: Mapping[str, Any], api: str) -> tuple[str, bool]:
+    """(text, used_reasoning_content): ``content``, else the chat message's ``reasoning_content``."""
+    if api == "llamacpp":
+        content = reply.get("content")
+        return (content if isinstance(content, str) else ""), False
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ValueError("no choices[0] in the reply")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise ValueError("no choices[0].message in the reply")
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        return content, False
+    reasoning = message.get("reasoning_content")
+    if not (isinstance(reasoning, str) and reasoning):
+        reasoning = message.get("reasoning")  # newer vLLM names it so
+    if isinstance(reasoning, str) and reasoning:
+        return reasoning, True
+    return "", False
+
+
+def parse_reply(reply: Any, api: str, wall_s: float) -> dict[str, Any]:
+    """One request's measurements from its reply (ValueError when the reply lacks what it must carry).
+
+    Returns the request record of the bench without its shape/prompt_index/repeat/metrics_delta.
+    """
+    if not isinstance(reply, Mapping):
+        raise ValueError(f"the reply is a {type(reply).__name__}, not a JSON object")
+    text, used_reasoning = _text_of(reply, api)
+    timings = reply.get("timings") if isinstance(reply.get("timings"), Mapping) else None
+    usage = reply.get("usage") if isinstance(reply.get("usage"), Mapping) else {}
+    predicted_n = _int_or_none(timings.get("predicted_n")) if timings else None
+    if predicted_n is None:
+        predicted_n = _int_or_none(usage.get("completion_tokens"))
+    if predicted_n is None:
+        predicted_n = _int_or_none(reply.get("tokens_predicted"))
+    if predicted_n is None:
+        raise ValueError("the reply says nothing of how many tokens it generated "
+                         "(no timings.predicted_n, usage.completion_tokens or tokens_predicted)")
+    if timings and isinstance(timings.get("predicted_per_second"), (int, float)):
+        rate: float | None = float(timings["predicted_per_second"])
+        rate_source = "timings.predicted_per_second"
+        prompt_n = _int_or_none(timings.get("prompt_n"))
+    else:
+        rate = predicted_n / wall_s if wall_s > 0 and predicted_n > 0 else None
+        rate_source = "usage.completion_tokens / wall_s (includes prefill)"
+        prompt_n = _int_or_none(usage.get("prompt_tokens"))
+    return {
+        "text": text,
+        "empty": text == "",
+        "used_reasoning_content": used_reasoning,
+        "predicted_n": predicted_n,
+        "prompt_n": prompt_n,
+        "predicted_per_second": rate,
+        "rate_source": rate_source,
+        "draft_n": (_int_or_none(timings.get("draft_n")) or 0) if timings else 0,
+        "draft_n_accepted": (_int_or_none(timings.get("draft_n_accepted")) or 0) if timings else 0,
+        "wall_s": wall_s,
+    }
+
+
+def engine_from_models(models: Any) -> str | None:
+    """"llamacpp" or "vllm" from a /v1/models reply's ``owned_by``, else None."""
+    data = models.get("data") if isinstance(models, Mapping) else None
+    if isinstance(data, list):
+        for entry in data:
+            owner = entry.get("owned_by") if isinstance(entry, Mapping) else None
+            if owner in ENGINES:
+                return owner
+    return None
+
+
+def model_from_models(models: Any) -> str | None:
+    """The first model id of a /v1/models reply."""
+    data = models.get("data") if isinstance(models, Mapping) else None
+    if isinstance(data, list) and data and isinstance(data[0], Mapping) and isinstance(data[0].get("id"), str):
+        return data[0]["id"]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the client
+
+
+class Endpoint:
+    """One server by its base URL. Requests go through ansible.module_utils.urls.open_url, no proxy."""
+
+    def __init__(self, base_url: str, *, timeout: float = 600, validate_certs: bool = True,
+                 api_key: str | None = None) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise EndpointError(f"endpoint: expected an http:// or https:// base URL, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.validate_certs = validate_certs
+        self.api_key = api_key
+        self._salt = uuid.uuid4().hex
+        self._sent = 0
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        """(status, raw body); an error status is returned, an unreachable server raises EndpointError."""
+        from ansible.module_utils.urls import open_url  # the import costs; only callers that talk pay it
+
+        url = self.url(path)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        try:
+            resp = open_url(url, data=data, headers=headers, method=method, use_proxy=False,
+                            timeout=self.timeout, validate_certs=self.validate_certs, use_netrc=False)
+            with resp:
+                return resp.getcode(), resp.read()
+        except urllib.error.HTTPError as err:
+            try:
+                raw = err.read()
+            except Exception:  # a body that cannot be read is reported as empty
+                raw = b""
+            return err.code, raw
+        except (socket.timeout, TimeoutError):
+            raise EndpointError(f"{method} {url}: no answer within {self.timeout} s; "
+                                "raise timeout, or lower sizes.<shape>.n_predict") from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            if isinstance(reason, (socket.timeout, TimeoutError)):  # a connect that timed out
+                raise EndpointError(f"{method} {url}: no connection within {self.timeout} s ({reason}); "
+                                    "is the host reachable and is endpoint right?") from None
+            raise EndpointError(f"{method} {url}: cannot reach the server ({reason}); "
+                                "is it running and is endpoint right?") from None
+
+    def _json(self, method: str, path: str, body: Any = None, ok_missing: bool = False) -> Any:
+        status, raw = self.request(method, path, body)
+        if ok_missing and status in (404, 501):
+            return None
+        if status != 200:
+            raise EndpointError(f"{method} {self.url(path)}: HTTP {status}: {_start(raw)}")
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except ValueError:
+            raise EndpointError(f"{method} {self.url(path)}: HTTP 200 but the body is not JSON: {_start(raw)}") from None
+
+    def health(self) -> dict[str, Any]:
+        """``/health``'s body ({} for an empty 200); anything but 200 raises (503 while loading)."""
+        status, raw = self.request("GET", "/health")
+        if status != 200:
+            raise EndpointError(f"GET {self.url('/health')}: HTTP {status}: {_start(raw)}; "
+                                "the server is not ready (still loading, or failing)")
+        try:
+            body = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        except ValueError:
+            body = {"text": _start(raw)}
+        return body if isinstance(body, dict) else {"body": body}
+
+    def props(self) -> dict[str, Any] | None:
+        """llama-server's /props, or None where the server has none (vLLM)."""
+        return self._json("GET", "/props", ok_missing=True)
+
+    def slots(self) -> list[dict[str, Any]] | None:
+        """llama-server's /slots, or None where it is not served (no --slots, vLLM)."""
+        return self._json("GET", "/slots", ok_missing=True)
+
+    def models(self) -> dict[str, Any] | None:
+        """/v1/models, or None where it is not served."""
+        return self._json("GET", "/v1/models", ok_missing=True)
+
+    def metrics_text(self) -> str:
+        """The Prometheus text of /metrics; llama-server answers 501 without --metrics."""
+        status, raw = self.request("GET", "/metrics")
+        if status != 200:
+            hint = ("; llama-server serves /metrics only when started with --metrics "
+                    "(LLAMA_ARG_ENDPOINT_METRICS=1), or set metrics: false") if status in (404, 501) else ""
+            raise EndpointError(f"GET {self.url('/metrics')}: HTTP {status}: {_start(raw)}{hint}")
+        return raw.decode("utf-8", errors="replace")
+
+    def spec_counters(self) -> dict[str, Any]:
+        """counters_from_metrics of this server's /metrics, errors naming the URL."""
+        text = self.metrics_text()
+        try:
+            return counters_from_metrics(text)
+        except SpecdecError as exc:
+            raise EndpointError(f"GET {self.url('/metrics')}: {exc}") from None
+
+    def request_body(self, prompt: Prompt, api: str, engine: str, model: str | None = None) -> tuple[str, dict]:
+        """(path, JSON body) of one greedy request for ``prompt``."""
+        if api == "llamacpp":
+            return "/completion", {"prompt": prompt.prompt, "n_predict": prompt.n_predict,
+                                   "temperature": 0.0, "cache_prompt": False}
+        body: dict[str, Any] = {"messages": prompt.messages(), "max_tokens": prompt.n_predict,
+                                "temperature": 0.0, "stream": False,
+                                "chat_template_kwargs": {"enable_thinking": False}}
+        if model:
+            body["model"] = model
+        if engine == "llamacpp":
+            body["cache_prompt"] = False
+        else:
+            self._sent += 1
+            body["cache_salt"] = f"specdec-{self._salt}-{self._sent}"
+        return "/v1/chat/completions", body
+
+    def complete(self, prompt: Prompt, api: str = "llamacpp", engine: str = "llamacpp",
+                 model: str | None = None) -> dict[str, Any]:
+        """Sends one request and returns its measurements (see :func:`parse_reply`)."""
+        if api not in APIS:
+            raise EndpointError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
+        path, body = self.request_body(prompt, api, engine, model)
+        started = time.perf_counter()
+        status, raw = self.request("POST", path, body)
+        wall_s = time.perf_counter() - started
+        url = self.url(path)
+        if status != 200:
+            hint = ""
+            if status == 404 and api == "llamacpp":
+                hint = "; only llama-server has the native /completion: set api: openai for vLLM"
+            raise EndpointError(f"POST {url}: HTTP {status}: {_start(raw)}{hint}")
+        try:
+            reply = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            raise EndpointError(f"POST {url}: HTTP 200 but the body is not JSON: {_start(raw)}") from None
+        try:
+            return parse_reply(reply, api, wall_s)
+        except ValueError as exc:
+            raise EndpointError(f"POST {url}: {exc}: {_start(raw)}") from None
+
+
+def _start(raw: bytes) -> str:
+    """The start of a body for an error message: the server's own error message when it gives one."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    if not text:
+        return "(empty body)"
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else (error or body.get("detail"))
+        if isinstance(message, str) and message:
+            text = message
+    text = " ".join(text.split())
+    return text[:_BODY_START] + ("..." if len(text) > _BODY_START else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# the bench
+
+
+def detect_server(client: Endpoint, engine: str = "auto") -> dict[str, Any]:
+    """The bench's ``server`` entry: engine, /props (llama-server), model id, /slots' speculative flag."""
+    props = client.props()
+    models = client.models()
+    found = "llamacpp" if props is not None else engine_from_models(models)
+    if engine == "auto":
+        if found is None:
+            raise EndpointError(f"{client.base_url}: cannot tell llama-server from vLLM (no /props, "
+                                "/v1/models names no owner); set engine: llamacpp or engine: vllm")
+        engine = found
+    elif engine not in ENGINES:
+        raise EndpointError(f"engine: expected auto or one of {', '.join(ENGINES)}, got {engine!r}")
+    model = model_from_models(models)
+    if model is None and isinstance(props, Mapping):
+        model = props.get("model_alias") or props.get("model_path")
+    slots = client.slots() if engine == "llamacpp" else None
+    speculative = None
+    if isinstance(slots, list) and slots and all(isinstance(s, Mapping) and "speculative" in s for s in slots):
+        speculative = any(bool(s["speculative"]) for s in slots)
+    return {"engine": engine, "props": props, "model": model, "speculative": speculative}
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise EndpointError(f"{name}: expected a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def plan_requests(seed: int = 0, sizes: Mapping[str, Any] | None = None, shapes: Any = None,
+                  prompts_per_shape: int = 1, repeats: int = 3, warmup: int = 1,
+                  reuse_prompts: bool = False) -> tuple[list[Prompt], list[tuple[int, Prompt]], dict[str, list[Prompt]]]:
+    """(warm-up prompts, [(repeat, prompt)] in sending order, shape -> the distinct measured prompts).
+
+    Order: for each repeat, for each shape, for each prompt. Without ``reuse_prompts`` every
+    repeat sends new prompts (index ``repeat * prompts_per_shape + i``): an n-gram drafter such as
+    llama.cpp's ngram-mod keeps its table across requests, so a prompt sent twice at temperature 0
+    would be drafted from its own earlier answer. Warm-up prompts are never measured ones (the
+    next indices of each shape, in turn), for the same reason.
+    """
+    prompts_per_shape = _check_count("prompts_per_shape", prompts_per_shape, 1)
+    repeats = _check_count("repeats", repeats, 1)
+    warmup = _check_count("warmup", warmup, 0)
+    names = check_shapes(shapes)
+    distinct = prompts_per_shape if reuse_prompts else prompts_per_shape * repeats
+    extra = -(-warmup // len(names))  # warm-up prompt indices needed per shape
+    built = build_shapes(seed=seed, sizes=sizes, prompts_per_shape=distinct + extra, shapes=names)
+    schedule = [(repeat, built[shape][i if reuse_prompts else repeat * prompts_per_shape + i])
+                for repeat in range(repeats) for shape in names for i in range(prompts_per_shape)]
+    warm = [built[shape][distinct + i] for i in range(extra) for shape in names][:warmup]
+    return warm, schedule, {shape: built[shape][:distinct] for shape in names}
+
+
+def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", shapes: Any = None,
+              prompts_per_shape: int = 1, repeats: int = 3, warmup: int = 1, seed: int = 0,
+              sizes: Mapping[str, Any] | None = None, timeout: float = 600, metrics: bool = True,
+              validate_certs: bool = True, engine: str = "auto", model: str | None = None,
+              api_key: str | None = None, reuse_prompts: bool = False,
+              client: Endpoint | None = None) -> dict[str, Any]:
+    """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
+    :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
+    measurement contract. Changes nothing on the server but its counters and caches.
+    """
+    if api not in APIS:
+        raise EndpointError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
+    warm, schedule, measured = plan_requests(seed, sizes, shapes, prompts_per_shape, repeats, warmup,
+                                             reuse_prompts)
+    client = client or Endpoint(endpoint, timeout=timeout, validate_certs=validate_certs, api_key=api_key)
+    client.health()
+    server = detect_server(client, engine)
+    if api == "llamacpp" and server["engine"] != "llamacpp":
+        raise EndpointError(f"api: llamacpp needs llama-server's native /completion, but {client.base_url} "
+                            "is vLLM; set api: openai")
+    model = model or server["model"]
+    notes: list[str] = []
+    if server["engine"] == "vllm":
+        notes.append("vLLM replies carry no timings: predicted_per_second is usage.completion_tokens / wall_s "
+                     "(prefill included) and draft_n / draft_n_accepted are 0; read metrics_delta instead.")
+
+    if metrics:
+        client.spec_counters()  # fail before the warm-up when /metrics cannot be read
+    for prompt in warm:
+        client.complete(prompt, api, server["engine"], model)
+
+    before = client.spec_counters() if metrics else None
+    first = before
+    if before is not None and not before["exported"] and server["engine"] == "vllm":
+        notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
+    requests: list[dict[str, Any]] = []
+    for repeat, prompt in schedule:
+        record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat}
+        record.update(client.complete(prompt, api, server["engine"], model))
+        if before is not None:
+            after = client.spec_counters()
+            record["metrics_delta"] = counter_delta(before, after, client.url("/metrics"))
+            before = after
+        else:
+            record["metrics_delta"] = None
+        requests.append(record)
+    total = counter_delta(first, before, client.url("/metrics")) if first is not None else None
+    if first is not None and not (first["exact"] and before["exact"]):
+        notes.append("llama-server prints spec totals of 1e6 and more rounded to 6 digits: the per-request "
+                     "/metrics deltas are not exact on this long-running server; restart it before benching.")
+    return {
+        "schema": BENCH_SCHEMA,
+        "endpoint": client.base_url,
+        "api": api,
+        "server": server,
+        "shapes": {shape: summarize(prompts) for shape, prompts in measured.items()},
+        "warmup": len(warm),
+        "requests": requests,
+        "metrics_total_delta": total,
+        "notes": notes,
+    }

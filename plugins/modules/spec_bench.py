@@ -1,0 +1,242 @@
+#!/usr/bin/python
+# Measures one running llama-server or vLLM config with the A/B protocol's four traffic shapes, from the host itself.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spec_bench
+short_description: Measure one running speculative-decoding config with the four traffic shapes
+version_added: 0.1.0
+description:
+  - Sends the field notes' traffic shapes to the server at O(endpoint) and records, for every request,
+    decode tok/s, predicted tokens, C(draft_n), C(draft_n_accepted), the text, and the deltas of the
+    server's speculation counters in C(/metrics) around the request (per draft position where exposed).
+  - "The shapes: C(prose) (filler of about 1k tokens + reply with one sentence; only model-backed
+    drafters can help), C(echo) (about 1.5k tokens of unique lines + repeat verbatim; the output is
+    the prompt, n-gram drafters' case), C(structured) (repetitive output, a unique id on every line,
+    no overlap with the prompt) and C(identity) (a short deterministic question, the control for
+    lossless verification)."
+  - Prompts are deterministic. The same O(seed) and O(sizes) give the same prompts byte for byte on
+    every host (their SHA-256 is in the result), so texts can be compared between configs.
+    The echo passage is checked to repeat no span of 8 words inside itself, and the structured
+    prompt to share no stretch of 16 characters with its expected output.
+  - Every request is greedy (temperature 0) and does the same work each time (llama.cpp
+    C(cache_prompt=false), a fresh vLLM C(cache_salt)). Chat requests disable thinking with
+    C(chat_template_kwargs.enable_thinking=false); an empty C(content) falls back to C(reasoning_content).
+  - One call measures the ONE config the server runs now. Changing the server between configs (and
+    sweeping draft depth or the n-gram window) is the caller's job, for example the spec_ab role with
+    M(llmfleet.specdec.unit_override).
+  - It only sends requests, so it changes nothing on the host and runs the same in check mode.
+options:
+  endpoint:
+    description: Base URL of the server, as seen from the host the task runs on.
+    type: str
+    default: http://127.0.0.1:8080
+  api:
+    description:
+      - V(llamacpp) sends llama-server's native C(POST /completion) with the raw prompt.
+      - V(openai) sends C(POST /v1/chat/completions) with the chat messages (llama-server and vLLM).
+    type: str
+    choices: [llamacpp, openai]
+    default: llamacpp
+  engine:
+    description:
+      - The server software. V(auto) asks it (llama-server has C(/props); C(/v1/models) names its owner).
+      - vLLM replies carry no timings, so its decode tok/s is completion tokens / wall time of the request
+        (prefill included) and C(draft_n) stays 0; its C(vllm:spec_decode_*) counters are read instead.
+    type: str
+    choices: [auto, llamacpp, vllm]
+    default: auto
+  model:
+    description: Model name sent in OpenAI requests. Defaults to the first id of the server's C(/v1/models).
+    type: str
+  shapes:
+    description: The shapes to send, in this order.
+    type: list
+    elements: str
+    choices: [prose, echo, structured, identity]
+    default: [prose, echo, structured, identity]
+  prompts_per_shape:
+    description: Different prompts of each shape per repeat.
+    type: int
+    default: 1
+  repeats:
+    description: How many times the whole set of shapes is sent.
+    type: int
+    default: 3
+  reuse_prompts:
+    description:
+      - Send the same prompts in every repeat.
+      - By default every repeat sends new prompts of the same shapes and sizes, because an n-gram drafter
+        remembers across requests (llama.cpp's C(ngram-mod) keeps its table for the life of the server), so a
+        prompt sent twice at temperature 0 would be drafted from its own earlier answer.
+    type: bool
+    default: false
+  warmup:
+    description:
+      - Requests sent first and discarded (prompts that are never measured, taken from the shapes in turn).
+    type: int
+    default: 1
+  seed:
+    description: Seed of the prompt generator.
+    type: int
+    default: 0
+  sizes:
+    description:
+      - Per shape, C(chars) (prompt size in characters, about 4 per token) and C(n_predict) (token budget).
+      - "Defaults: prose 4000 chars / 48 tokens; echo 6000 chars / enough to repeat it (chars / 4 + 10 %);
+        structured 2000 chars of expected output / 128 tokens; identity 32 tokens (chars not used)."
+      - "Lower them for small context windows, for example V({echo: {chars: 800, n_predict: 256}})."
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds to wait for one request.
+    type: int
+    default: 600
+  metrics:
+    description:
+      - Read C(/metrics) before and after every request. llama-server needs C(--metrics).
+      - Without it RV(bench.requests[].metrics_delta) and RV(bench.metrics_total_delta) are null.
+    type: bool
+    default: true
+  api_key:
+    description: Bearer token for a server started with an API key.
+    type: str
+  validate_certs:
+    description: Verify TLS certificates for an https O(endpoint).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+  - llmfleet.specdec.attributes.read_only
+notes:
+  - Requests go straight to O(endpoint), never through a proxy from the environment.
+  - llama-server prints its speculation totals with 6 significant digits; from 1e6 on they are rounded and the
+    per-request deltas are not exact. RV(bench.notes) says so; restart the server (the A/B protocol does) first.
+  - Speculation only buys speed. Compare the texts of two configs for the same shape, prompt and repeat
+    to prove it is lossless at temperature 0.
+seealso:
+  - module: llmfleet.specdec.spec_breakeven
+author:
+  - llmfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Measure the config the server runs now, native API
+  llmfleet.specdec.spec_bench:
+    endpoint: http://127.0.0.1:8080
+    repeats: 3
+  register: bench
+
+- name: Same through the OpenAI API, small prompts for a 4k context, echo and identity only
+  llmfleet.specdec.spec_bench:
+    api: openai
+    shapes: [echo, identity]
+    sizes:
+      echo: {chars: 1200, n_predict: 320}
+    warmup: 2
+  register: bench_chat
+
+- name: Was the proposer engaged at all?
+  ansible.builtin.assert:
+    that: bench.bench.metrics_total_delta.drafts > 0
+    fail_msg: draft_n == 0 while tokens flow - the proposer is not engaged, whatever the flags say
+
+- name: A vLLM server with a speculative config
+  llmfleet.specdec.spec_bench:
+    endpoint: http://127.0.0.1:8000
+    api: openai
+    api_key: "{{ vllm_api_key }}"
+"""
+
+RETURN = r"""
+bench:
+  description: The measurements of one config (schema C(llmfleet.specdec/bench/1)); the report reads them on the controller.
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: The measurement contract's version.
+      type: str
+      sample: llmfleet.specdec/bench/1
+    endpoint:
+      description: The base URL measured.
+      type: str
+    api:
+      description: The API used, V(llamacpp) or V(openai).
+      type: str
+    server:
+      description:
+        - C(engine) (V(llamacpp) or V(vllm)), C(props) (llama-server's C(/props), null for vLLM), C(model),
+          and C(speculative) (llama-server's C(/slots) flag; null where unknown).
+      type: dict
+      sample: {engine: llamacpp, model: target.gguf, speculative: true, props: {total_slots: 1}}
+    shapes:
+      description:
+        - Per shape, C(prompt_chars) (the longest prompt), C(n_predict), and C(checks) (echo C(longest_repeated_words),
+          structured C(prompt_overlap_chars) and C(unique_ids), C(prompts_sha256) of every prompt sent).
+      type: dict
+      sample: {echo: {prompt_chars: 6148, n_predict: 1651, checks: {longest_repeated_words: 2, prompts: 3}}}
+    warmup:
+      description: Requests sent first and discarded.
+      type: int
+    requests:
+      description:
+        - One per measured request, in sending order. C(predicted_per_second) is decode tok/s; C(rate_source)
+          says where it came from. C(draft_n) and C(draft_n_accepted) are 0 when the reply has none.
+          C(metrics_delta) holds the counter deltas around the request (C(drafts) = verification rounds,
+          C(draft_tokens), C(accepted_tokens), C(accepted_per_pos)), null with O(metrics=false).
+      type: list
+      elements: dict
+      sample:
+        - {shape: echo, prompt_index: 0, repeat: 0, text: "001. fossil tiger ...", empty: false,
+           used_reasoning_content: false, predicted_n: 160, prompt_n: 606, predicted_per_second: 1837.2,
+           rate_source: timings.predicted_per_second, draft_n: 123, draft_n_accepted: 117, wall_s: 0.09,
+           metrics_delta: {drafts: 41, draft_tokens: 123, accepted_tokens: 117, accepted_per_pos: [40, 39, 38]}}
+    metrics_total_delta:
+      description: The counter deltas over all measured requests (warm-up excluded), null with O(metrics=false).
+      type: dict
+    notes:
+      description: What limits the numbers of this run (vLLM rates from wall time, rounded llama.cpp totals).
+      type: list
+      elements: str
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import run_bench
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
+
+ARGUMENT_SPEC = dict(
+    endpoint=dict(type="str", default="http://127.0.0.1:8080"),
+    api=dict(type="str", default="llamacpp", choices=["llamacpp", "openai"]),
+    engine=dict(type="str", default="auto", choices=["auto", "llamacpp", "vllm"]),
+    model=dict(type="str"),
+    shapes=dict(type="list", elements="str", default=list(SHAPES), choices=list(SHAPES)),
+    prompts_per_shape=dict(type="int", default=1),
+    repeats=dict(type="int", default=3),
+    reuse_prompts=dict(type="bool", default=False),
+    warmup=dict(type="int", default=1),
+    seed=dict(type="int", default=0),
+    sizes=dict(type="dict", default={}),
+    timeout=dict(type="int", default=600),
+    metrics=dict(type="bool", default=True),
+    api_key=dict(type="str", no_log=True),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        bench = run_bench(**module.params)
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    module.exit_json(changed=False, bench=bench)
+
+
+if __name__ == "__main__":
+    main()
