@@ -1,0 +1,375 @@
+# Private to the collection: the A/B result document (versioned JSON), its Markdown report and its history line.
+"""Pure rendering of a judged A/B run: no I/O, no plotting.
+
+:func:`build_document` makes the versioned JSON document (``llmfleet.specdec/ab-report/1``) that holds
+the configs, the environment, every raw request and every verdict; :func:`markdown` renders it as a
+report; :func:`history_line` is the one-line summary appended to the host's ``history.jsonl``;
+:func:`summary_lines` is the per-shape verdict table as plain lines for playbook output.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Mapping
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
+
+SCHEMA = "llmfleet.specdec/ab-report/1"
+HISTORY_SCHEMA = "llmfleet.specdec/ab-history/1"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+
+
+def safe_name(value: Any, what: str) -> str:
+    """A host name or run id usable as one path component (no separators, no '..')."""
+    text = str(value) if value is not None else ""
+    if not _SAFE_NAME.match(text) or ".." in text:
+        raise ReportInputError(f"{what}: {text!r} cannot name a results folder; use letters, digits and . _ @ + - "
+                               f"(no '/' and no '..'), at most 128 characters")
+    return text
+
+
+def run_id_for(run: Mapping[str, Any]) -> str:
+    """The run's id: the one given, else its start time (compact UTC) plus a digest of the entries.
+
+    Derived from the content, never from the clock, so rebuilding the report of the same run gives the
+    same folder and the same bytes.
+    """
+    given = run.get("run_id")
+    if given:
+        return safe_name(given, "run.run_id")
+    digest = hashlib.sha256(json.dumps(run.get("entries"), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    started = re.sub(r"[^0-9TZ]", "", str(run.get("started") or ""))
+    return f"{started}-{digest}" if started else f"run-{digest}"
+
+
+def build_document(run: Any, judged: Mapping[str, Any], environment: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The versioned result document: configs, environment, every raw request and every verdict."""
+    checked = _stats.check_run(run)
+    host = safe_name(checked.get("host"), "run.host")
+    verdicts = []
+    for name in judged["order"]:
+        j = judged["configs"][name]
+        for shape in judged["shapes"]:
+            r = j["shapes"][shape]
+            verdicts.append({"config": name, "shape": shape, "status": j["status"], "verdict": r["verdict"],
+                             "ci_verdict": r["ci_verdict"], "median_tok_s": r["median_tok_s"],
+                             "speedup": r["speedup"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                             "lossless": r["lossless"], "engaged": r["engaged"]})
+    env = dict(checked.get("environment") or {})
+    env.update(environment or {})
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id_for(checked),
+        "host": host,
+        "started": checked.get("started"),
+        "finished": checked.get("finished"),
+        "baseline": judged["baseline"],
+        "mix": judged["mix"],
+        "run_error": checked.get("error"),
+        "configs": checked["configs"],
+        "environment": env,
+        "entries": checked["entries"],
+        "judged": dict(judged),
+        "verdicts": verdicts,
+        "recommendation": judged["recommendation"],
+    }
+
+
+def to_json(document: Mapping[str, Any]) -> str:
+    """The document as stable, indented JSON text (sorted keys, so equal runs give equal bytes)."""
+    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+
+
+def _num(value: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f} %"
+
+
+def _ci(value: Any, low: Any, high: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    text = fmt.format(value) + suffix
+    if low is not None and high is not None:
+        text += f" [{fmt.format(low)}, {fmt.format(high)}]"
+    return text
+
+
+def _lossless(value: Any, row: Mapping[str, Any] | None = None) -> str:
+    if value is True:
+        vac = row.get("texts_vacuous") if row else 0
+        return "yes" + (f" ({vac} vacuous)" if vac else "")
+    if value is False:
+        return "**NO**"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _engaged(value: Any) -> str:
+    return {True: "yes", False: "no", None: "-"}[value]
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """A Markdown code span that survives backticks and newlines in the text."""
+    text = json.dumps(text, ensure_ascii=False)[1:-1]
+    ticks = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# the Markdown report
+
+
+def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> str:
+    """The report: verdicts, status, one table per shape, acceptance by position, prediction, recommendation.
+
+    ``images``: PNG file names written beside the report, linked in a Plots section.
+    """
+    j = document["judged"]
+    out: list[str] = [f"# Speculative-decoding A/B: {document['host']}, run {document['run_id']}", ""]
+    out.append(f"Baseline **{j['baseline']}**; {len(j['order'])} configs; rounds {len(j['rounds'])}; "
+               f"shapes {', '.join(j['shapes']) or 'none'}; started {document.get('started') or '-'}, "
+               f"finished {document.get('finished') or '-'}.")
+    if document.get("run_error"):
+        out += ["", f"> **The run stopped early:** {document['run_error']}. The results below are partial."]
+    _section(out, "Verdicts", _overview(j))
+    _section(out, "Status", _status_section(j))
+    for shape in j["shapes"]:
+        _section(out, f"Shape: {shape}", _shape_table(j, shape))
+    _section(out, "Acceptance by draft position", _positions(j))
+    _section(out, "Prediction against measurement", _prediction(j))
+    _section(out, "Recommendation", _recommendation(j))
+    if images:
+        _section(out, "Plots", [f"![{name.rsplit('.', 1)[0].replace('_', ' ')}]({name})" for name in images])
+    _section(out, "Method", _method(j))
+    _section(out, "Configs", _configs(document))
+    out += ["", "## Environment", "", "```json",
+            json.dumps(document.get("environment") or {}, indent=2, sort_keys=True, default=str), "```", ""]
+    return "\n".join(out)
+
+
+def _section(out: list[str], title: str, lines: list[str]) -> None:
+    out.extend(["", f"## {title}", ""])
+    out.extend(lines)
+
+
+def _overview(j: Mapping[str, Any]) -> list[str]:
+    header = ["config", "status", "lossless", "engaged", *j["shapes"]]
+    rows = []
+    for name in j["order"]:
+        c = j["configs"][name]
+        cells = [name, c["status"], _lossless(c["lossless"]), _engaged(c["engaged"])]
+        for s in j["shapes"]:
+            r = c["shapes"][s]
+            cells.append(r["verdict"] if r["speedup"] is None else f"{r['verdict']} {r['speedup']:.2f}x")
+        rows.append(cells)
+    return _table(header, rows)
+
+
+def _status_section(j: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for name in j["order"]:
+        c = j["configs"][name]
+        if c["status"] == _stats.INVALID:
+            d = c["first_divergence"]
+            out.append(f"- **{name}: INVALID**, a correctness bug, never a winner: its text differs from the "
+                       f"baseline's on {d['shape']} prompt {d['prompt_index']} (round {d['round']}, repeat "
+                       f"{d['repeat']}) at character {d['position']}:")
+            out.append(f"  - baseline:  {_code(d['baseline'])}")
+            out.append(f"  - candidate: {_code(d['candidate'])}")
+            out.append(f"  - (context from character {d['context_start']}; lengths {d['baseline_len']} and "
+                       f"{d['candidate_len']})")
+            rest = c["problems"][1:]
+        elif c["status"] == _stats.NOT_ENGAGED:
+            out.append(f"- **{name}: NOT ENGAGED**: {c['problems'][0]}.")
+            rest = c["problems"][1:]
+        elif c["status"] in (_stats.FAILED, _stats.INCOMPLETE):
+            note = "no measurement at all" if c["status"] == _stats.FAILED else "partial: never a winner"
+            out.append(f"- **{name}: {c['status']}** ({note}).")
+            rest = c["problems"]
+        elif c["status"] == _stats.NEGATIVE_CONTROL:
+            out.append(f"- {name}: NEGATIVE CONTROL (no chain, no drafts): it should show no difference "
+                       f"from the baseline.")
+            rest = c["problems"]
+        else:
+            rest = c["problems"]
+            if rest:
+                out.append(f"- {name}: {c['status']}.")
+        out += [f"  - {p}" for p in rest]
+        if c.get("notes"):
+            out.append(f"- {name}: notes from its bench:")
+            out += [f"  - {n}" for n in c["notes"]]
+    for w in j["warnings"]:
+        out.append(f"- warning: {w}")
+    if not out:
+        out.append("- every config measured completely, lossless against the baseline, and drafting where it should.")
+    return out
+
+
+def _shape_table(j: Mapping[str, Any], shape: str) -> list[str]:
+    header = ["config", "status", "tok/s median [95 % CI]", "speedup [95 % CI]", "acceptance",
+              "mean accepted len", "verdict", "lossless", "engaged", "requests"]
+    rows = []
+    for name in j["order"]:
+        c = j["configs"][name]
+        r = c["shapes"][shape]
+        rows.append([name, c["status"], _ci(r["median_tok_s"], r["tok_s_ci_low"], r["tok_s_ci_high"], "{:.1f}"),
+                     _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x") if r["speedup"] is not None else "-",
+                     _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r["verdict"],
+                     _lossless(r["lossless"], r), _engaged(r["engaged"]), r["n_requests"]])
+    return _table(header, rows)
+
+
+def _positions(j: Mapping[str, Any]) -> list[str]:
+    rows = [(n, j["configs"][n]) for n in j["order"] if j["configs"][n]["acceptance_by_position"]]
+    if not rows:
+        return ["No per-position counters (llama-server's /metrics deltas) in this run."]
+    width = max(len(c["acceptance_by_position"]) for _, c in rows)
+    header = ["config", *(f"pos {i + 1}" for i in range(width)), "source"]
+    body = []
+    for n, c in rows:
+        cells = [_pct(v) for v in c["acceptance_by_position"]]
+        body.append([n, *cells, *["-"] * (width - len(cells)), c["acceptance_by_position_source"]])
+    return ["Share of drafting rounds whose token at each draft position was accepted "
+            "(accepted_per_pos / drafts).", "", *_table(header, body)]
+
+
+def _prediction(j: Mapping[str, Any]) -> list[str]:
+    rows = j["prediction"]
+    if not rows:
+        return ["No speculative config with measurements on both sides: nothing to predict."]
+    header = ["config", "shape", "K", "p", "t_s ms", "d_s ms", "predicted tok/s", "measured tok/s",
+              "measured / predicted", "predicted speedup", "measured speedup [95 % CI]"]
+    body = []
+    for p in rows:
+        d_s = _num(p["d_s_ms"]) if p["d_s_ms"] is not None else f"implied {_num(p['implied_d_s_ms'])}"
+        body.append([p["config"], p["shape"], p["k"], _num(p["p"], "{:.3f}"), _num(p["t_s_ms"]), d_s,
+                     _num(p["predicted_tok_s"], "{:.1f}"), _num(p["measured_tok_s"], "{:.1f}"),
+                     _num(p["measured_tok_s"] / p["predicted_tok_s"] if p["predicted_tok_s"] else None),
+                     _num(p["predicted_speedup"], "{:.2f}x"),
+                     _ci(p["measured_speedup"], p["ci_low"], p["ci_high"], "{:.2f}", "x")])
+    notes = sorted({f"{p['config']}: K = {p['k']} ({p['k_source']})" for p in rows})
+    notes += sorted({f"{p['config']} on {p['shape']}: {p['note']}" for p in rows if p.get("note")})
+    return (["The break-even arithmetic (round_time = passes * d_s + 1.1 * t_s, A = (1 - p^(K+1)) / (1 - p)) "
+             "fed with the measured acceptance and the baseline's step t_s = 1000 / (baseline tok/s / its "
+             "tokens per pass). Without a given d_s the table shows the d_s that the measured rate implies.", ""]
+            + _table(header, body) + [""] + [f"- {n}" for n in notes])
+
+
+def _recommendation(j: Mapping[str, Any]) -> list[str]:
+    rec = j["recommendation"]
+    if not rec:
+        return ["No traffic mix declared: the per-shape tables are the answer. Declare a mix (a weight per shape: "
+                "its share of generated tokens) to get an overall recommendation."]
+    mix = ", ".join(f"{s} {w:.0%}" for s, w in rec["mix"].items())
+    out = [f"Traffic mix: {mix} ({rec['weights_are']}; combined {rec['combination'].split(':')[0]})."]
+    if rec["config"] is None:
+        return [*out, "", f"**No recommendation**: {rec['reason']}."]
+    if rec["keep_baseline"]:
+        out += ["", f"**Keep the baseline ({rec['config']})**: {rec['reason']}."]
+    else:
+        out += ["", f"**Recommended: {rec['config']}**, {rec['speedup']:.2f}x the baseline over this mix "
+                    f"[{rec['ci_low']:.2f}, {rec['ci_high']:.2f}]."]
+    if rec["candidates"]:
+        out.append("")
+        out.extend(_table(["config", "mix tok/s", "speedup [95 % CI]", "verdict"],
+                          [[c["config"], _num(c["mix_tok_s"], "{:.1f}"),
+                            _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"]]
+                           for c in rec["candidates"]]))
+    if rec["excluded"]:
+        out.append("")
+        out.extend(f"- not a candidate: {e['config']} ({e['status']}): {e['reason']}" for e in rec["excluded"])
+    return out
+
+
+def _method(j: Mapping[str, Any]) -> list[str]:
+    b = j["bootstrap"]
+    return [
+        f"- Speedup intervals: {b['scheme']}; {b['n']} resamples, seed {b['seed']}, "
+        f"{100 * (1 - b['alpha']):.0f} % interval. Verdict: win when the whole interval lies above 1, loss when "
+        f"below, otherwise no difference; fewer than {b['min_requests']} requests on a side gives none.",
+        "- Decode rate: each request's predicted_per_second (llama-server's timings); median over requests and rounds.",
+        "- Acceptance: sum(draft_n_accepted) / sum(draft_n) over the shape's requests (a request whose reply "
+        "carries no draft counters, as vLLM's, counts its /metrics delta instead).",
+        f"- Mean accepted length: {j['method']['mean_accepted_len']}.",
+        f"- Prediction: {j['method']['p']}.",
+        f"- Traffic mix: {j['method']['mix']}.",
+        "- Losslessness: at temperature 0 each text must equal the baseline's first non-empty text for the same "
+        "shape and prompt; an empty answer on either side makes that comparison vacuous.",
+    ]
+
+
+def _configs(document: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for c in document["configs"]:
+        env = c.get("server_config") or {}
+        env_text = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) if isinstance(env, Mapping) else str(env)
+        chain = c.get("chain")
+        rows.append([c["name"], "unknown" if chain is None else (",".join(chain) or "none"), env_text or "-"])
+    return _table(["config", "effective chain", "server_config"], rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# one-line forms
+
+
+def history_record(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Per config per shape: speedup, interval and verdict; the status and the recommendation."""
+    j = document["judged"]
+    configs = {}
+    for name in j["order"]:
+        c = j["configs"][name]
+        configs[name] = {
+            "status": c["status"],
+            "shapes": {s: {"median_tok_s": r["median_tok_s"], "speedup": r["speedup"], "ci_low": r["ci_low"],
+                           "ci_high": r["ci_high"], "verdict": r["verdict"]}
+                       for s, r in c["shapes"].items()},
+        }
+    rec = document.get("recommendation")
+    return {"schema": HISTORY_SCHEMA, "run_id": document["run_id"], "host": document["host"],
+            "time": document.get("finished") or document.get("started"), "baseline": j["baseline"],
+            "mix": j["mix"], "recommendation": rec["config"] if rec else None, "configs": configs}
+
+
+def history_line(document: Mapping[str, Any]) -> str:
+    """One JSON line (no newline) for the host's history.jsonl."""
+    return json.dumps(history_record(document), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def summary_lines(document: Mapping[str, Any]) -> list[str]:
+    """The per-shape verdict table as plain lines, for playbook output and job stats."""
+    j = document["judged"]
+    lines = ["shape | config | status | tok/s | speedup [95 % CI] | verdict"]
+    for shape in j["shapes"]:
+        for name in j["order"]:
+            c = j["configs"][name]
+            r = c["shapes"][shape]
+            lines.append(" | ".join([shape, name, c["status"], _num(r["median_tok_s"], "{:.1f}"),
+                                     _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x"), r["verdict"]]))
+    rec = j["recommendation"]
+    if rec is None:
+        lines.append("recommendation: none (declare a traffic mix to get one; the per-shape table is the answer)")
+    elif rec["config"] is None:
+        lines.append(f"recommendation: none ({rec['reason']})")
+    else:
+        lines.append(f"recommendation: {rec['config']} ({rec['reason']})")
+    return lines
