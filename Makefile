@@ -10,7 +10,7 @@ export LLMFLEET_CACHE := $(CACHE)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark clean
+.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark clean molecule
 
 all: test
 
@@ -58,7 +58,34 @@ test-integration: venv collection llama-server
 test: venv collection llama-server
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
+	$(MAKE) --no-print-directory molecule
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
+
+# Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
+# playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
+# models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
+MOLECULE_SCENARIOS ?= default failures deadman
+molecule: venv collection llama-server models
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
+	  echo "installing podman, runc and debootstrap with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
+	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+	image=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
+	server=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) || exit 1; \
+	export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models; \
+	passed=0; failed=0; \
+	for scenario in $(MOLECULE_SCENARIOS); do \
+	  start=$$SECONDS; \
+	  if $(VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
+	  echo "molecule scenario $$scenario: $$((SECONDS - start)) s"; \
+	done; \
+	left=$$(podman ps -aq --filter name='^specdec-molecule-'); \
+	if [ -n "$$left" ]; then \
+	  echo "molecule left containers behind, removing them:"; podman ps -a --filter name='^specdec-molecule-'; \
+	  podman rm -f $$left >/dev/null; failed=$$((failed + 1)); \
+	fi; \
+	echo "molecule: $$passed passed, $$failed failed"; \
+	[ $$failed -eq 0 ]
 
 benchmark: venv collection
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py

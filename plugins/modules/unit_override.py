@@ -1,0 +1,248 @@
+#!/usr/bin/python
+# Run a systemd unit with an A/B candidate's env through a transient /run drop-in, with a dead-man rollback timer.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: unit_override
+short_description: Run a live systemd unit with a candidate env through a transient drop-in, and roll it back
+version_added: 0.1.0
+description:
+  - The A/B change vehicle. A candidate runs as the production unit itself, changed only by a transient
+    drop-in under C(/run/systemd/system/<unit>.d/) that layers an env file from C(/run/llmfleet-specdec/<unit>/)
+    over the unit's own C(EnvironmentFile=). Same user, limits and journal as production; a reboot forgets it.
+  - O(state=present) writes the candidate's env (0600) and the drop-in (0600) in directories of mode 0700, runs
+    C(daemon-reload), stops the unit, waits (bounded by O(port_timeout)) until no process listens on the
+    candidate's port, starts it, and waits (bounded by O(health_timeout)) until C(GET /health) answers 200
+    B(and) the socket listening on the port belongs to the unit's new C(MainPID). The same candidate again is
+    C(changed=false) and restarts nothing.
+  - A candidate that does not become healthy (a bad flag, a missing model, a crash, a port held by another
+    process) makes the task fail with the unit's last journal lines, after production was restored and found
+    healthy. If production does not come back either, the message says so in capitals.
+  - With O(rollback_after), O(state=present) first writes a self-contained rollback script (0700) and arms the
+    transient timer C(specdec-rollback-<unit>.timer), which performs the O(state=absent) path on the host by
+    itself unless O(state=confirmed) or O(state=absent) disarms it first. A controller that dies, an SSH link
+    that drops or a playbook killed mid-run all end with production restored. Transient units live in
+    C(/run/systemd/transient), so C(daemon-reload) does not disarm them; the timer fires at a wall-clock
+    instant (C(systemd-run --on-calendar)), because systemd re-bases C(--on-active) timers at every
+    C(daemon-reload), which would postpone the rollback.
+  - O(state=confirmed) checks that the candidate is healthy and disarms the timer, keeping the candidate until
+    O(state=absent) or a reboot. An unhealthy candidate is not confirmed; its timer stays armed.
+  - O(state=absent) removes exactly what O(state=present) wrote, disarms the timer, reloads, restarts, and
+    fails loudly, naming the unit and its last journal lines, if production does not come back healthy. With
+    nothing to remove it restarts nothing and only checks health. O(unit=*) does this for every unit this
+    collection left something for (playbook C(llmfleet.specdec.rollback)).
+  - Values are validated before anything is written; a newline, a NUL byte, an unbalanced quote or a trailing
+    lone backslash is an error naming the variable.
+options:
+  unit:
+    description:
+      - The systemd service, with or without C(.service) (for example C(llama-server)).
+      - V(*) with O(state=absent) means every unit this collection left a drop-in, an env file or a rollback
+        timer for.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) runs the candidate, V(confirmed) keeps it and disarms the dead-man timer, V(absent) restores
+        production.
+    type: str
+    choices: [present, confirmed, absent]
+    default: present
+  env:
+    description:
+      - The candidate as variables, for example C(LLAMA_ARG_SPEC_TYPE) and C(LLAMA_ARG_SPEC_DRAFT_MODEL).
+        They are layered over the unit's production env; variables not named keep their production values.
+      - Values are written verbatim in systemd's env-file syntax, so quotes must pair as in a shell. Booleans
+        become C(1)/C(0), numbers their digits, and V(null) unsets the variable (C(UnsetEnvironment=)).
+      - Flags without an environment name go, shell-quoted, in C(LLAMA_EXTRA_ARGS), which the unit of role
+        C(llmfleet.specdec.llamacpp_serve) appends to llama-server's command line.
+      - Mutually exclusive with O(env_file); one of them is required with O(state=present).
+    type: dict
+  env_file:
+    description:
+      - The candidate as an env file on the managed host (C(NAME=value) lines, C(#) comments). It is validated
+        like O(env) and copied, never referenced.
+    type: path
+  rollback_after:
+    description:
+      - Seconds after which the host restores production by itself unless O(state=confirmed) or
+        O(state=absent) comes first. Must be longer than O(health_timeout).
+      - Running O(state=present) again with the same candidate keeps the countdown already armed; a
+        different candidate re-arms it from zero.
+    type: int
+  health_timeout:
+    description: Seconds to wait for C(/health) from the unit's new process, after a start or a restore.
+    type: int
+    default: 120
+  port_timeout:
+    description: Seconds to wait for the port to be free of listeners after the unit stopped, before a start.
+    type: int
+    default: 30
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would change (and the would-be timer) without writing, reloading or restarting.
+  diff_mode:
+    support: full
+    details: Shows the drop-in and the env file before and after.
+  idempotent:
+    support: full
+notes:
+  - Runs on the managed host as root (C(become=true)); needs systemd, C(systemd-run) and C(journalctl).
+  - The deadline is wall-clock time, so a clock step on the host (NTP) moves it by as much.
+  - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT)), after the
+    candidate's env is layered on; a wildcard host is checked on loopback.
+  - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).
+author:
+  - llmfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Run the draft-model candidate; the host restores production by itself after 15 minutes
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    env:
+      LLAMA_ARG_SPEC_TYPE: draft-simple
+      LLAMA_ARG_SPEC_DRAFT_MODEL: /srv/models/qwen3-0.6b-q8_0.gguf
+      LLAMA_EXTRA_ARGS: --spec-draft-n-max 4
+    rollback_after: 900
+  become: true
+
+- name: A candidate kept in a file on the host, without the draft production uses
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    env_file: /etc/llmfleet-specdec/candidates/ngram.env
+    rollback_after: 900
+  become: true
+
+- name: Keep it (disarm the dead-man) after the measurements looked right
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    state: confirmed
+  become: true
+
+- name: Back to production
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    state: absent
+  become: true
+
+- name: Emergency - remove every override this collection left on the host
+  llmfleet.specdec.unit_override:
+    unit: "*"
+    state: absent
+  become: true
+"""
+
+RETURN = r"""
+unit:
+  description: The unit, as a full service name (V(*) for every unit).
+  returned: always
+  type: str
+  sample: llama-server.service
+restarted:
+  description: Whether the unit was restarted.
+  returned: success, except with O(unit=*)
+  type: bool
+healthy:
+  description: Whether C(/health) answered 200 from the unit's own C(MainPID) at the end.
+  returned: success, except in check mode
+  type: bool
+main_pid:
+  description: The unit's C(MainPID) that serves the port.
+  returned: success, except in check mode
+  type: int
+url:
+  description: The health URL that was checked.
+  returned: success
+  type: str
+  sample: http://127.0.0.1:8080/health
+port:
+  description: The TCP port the unit serves with this state.
+  returned: success
+  type: int
+env_file:
+  description: The candidate's env file under C(/run).
+  returned: success, except with O(unit=*)
+  type: str
+  sample: /run/llmfleet-specdec/llama-server.service/override.env
+dropin:
+  description: The drop-in under C(/run/systemd/system).
+  returned: success, except with O(unit=*)
+  type: str
+  sample: /run/systemd/system/llama-server.service.d/50-llmfleet-specdec.conf
+rollback:
+  description: The dead-man timer after the task (or the one check mode would arm).
+  returned: with O(state=present) or O(state=confirmed)
+  type: dict
+  contains:
+    timer:
+      description: Its unit name.
+      type: str
+      sample: specdec-rollback-llama-server.timer
+    armed:
+      description: Whether it is waiting to fire.
+      type: bool
+    due_in:
+      description: Seconds until it fires, when armed.
+      type: int
+found:
+  description: What O(state=absent) found and removed (files and armed timers).
+  returned: with O(state=absent)
+  type: list
+  elements: str
+units:
+  description: With O(unit=*), the O(state=absent) result of every unit that had something left.
+  returned: with O(unit=*)
+  type: dict
+journal:
+  description: The unit's last journal lines when it did not become healthy.
+  returned: failure
+  type: list
+  elements: str
+restored:
+  description: After a candidate failed, whether production was restored and found healthy.
+  returned: failure of O(state=present)
+  type: bool
+"""
+
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError, run_unit_override
+
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str", required=True),
+    state=dict(type="str", choices=["present", "confirmed", "absent"], default="present"),
+    env=dict(type="dict"),
+    env_file=dict(type="path"),
+    rollback_after=dict(type="int"),
+    health_timeout=dict(type="int", default=120),
+    port_timeout=dict(type="int", default=30),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           mutually_exclusive=[("env", "env_file")],
+                           required_if=[("state", "present", ("env", "env_file"), True)])
+    try:
+        result = run_unit_override(module.params, run=lambda argv: module.run_command(argv),
+                                   check_mode=module.check_mode, python=sys.executable)
+    except UnitOverrideError as exc:
+        module.fail_json(msg=str(exc), **exc.details)
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc))
+    diff = result.pop("diff", None)
+    if module._diff and diff is not None and result.get("changed"):
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
