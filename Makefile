@@ -37,10 +37,14 @@ llama-server: venv
 models: venv
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
 
-demo: venv collection llama-server
-	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
+# The main job on the embedded default: inspect the demo models, preflight the demo host's configs, then
+# the A/B protocol (role spec_ab, what spec-ab.yml runs) against a podman container booting systemd that
+# serves the real llama-server; prints the verdict table and the report's path.
+demo: venv collection llama-server models
 	$(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml
 	$(VENV)/bin/ansible-playbook playbooks/preflight.yml -l specdec-demo
+	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=ab
+	@echo "A/B report: $$(ls -d $(CURDIR)/results/specdec-molecule-ab/*/ | sort | tail -1)report.md"
 
 lint: venv
 	$(PY) -m ruff check .
@@ -64,7 +68,7 @@ test: venv collection llama-server
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman
+MOLECULE_SCENARIOS ?= default failures deadman ab
 molecule: venv collection llama-server models
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
 	  echo "installing podman, runc and debootstrap with apt-get"; \
@@ -86,6 +90,29 @@ molecule: venv collection llama-server models
 	fi; \
 	echo "molecule: $$passed passed, $$failed failed"; \
 	[ $$failed -eq 0 ]
+
+# llama.cpp built from the sdist inside a systemd container (molecule/build): role llamacpp_build serving
+# through llamacpp_serve, a failed build, switching back, a prebuilt tarball, retention, toolkit checks, and
+# role vllm_serve with unit_override on a stand-in vllm. The compiler cache lives in $(CACHE)/ccache, outside
+# the repository: the first run compiles llama-server (minutes), later runs mostly hit the cache. Its container is
+# named specdec-build, outside `make molecule`'s specdec-molecule-* sweep, so the two targets never remove each
+# other's containers.
+.PHONY: molecule-build
+molecule-build: venv collection llama-server models
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
+	  echo "installing podman, runc and debootstrap with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
+	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+	image=$$(molecule/build/build_image.sh | tail -1) || exit 1; \
+	mkdir -p $(CACHE)/ccache; \
+	export SPECDEC_BUILDER_IMAGE=$$image SPECDEC_MODELS_DIR=$(CACHE)/demo-models SPECDEC_CCACHE_DIR=$(CACHE)/ccache \
+	  SPECDEC_SDIST=$(CACHE)/llama_cpp_python-$${LLAMA_CPP_PYTHON_VERSION:-0.3.36}.tar.gz; \
+	start=$$SECONDS; rc=0; \
+	$(VENV)/bin/molecule test -s build || rc=$$?; \
+	echo "molecule scenario build: $$((SECONDS - start)) s"; \
+	left=$$(podman ps -aq --filter name='^specdec-build$$'); \
+	if [ -n "$$left" ]; then echo "molecule left containers behind, removing: $$left"; podman rm -f $$left >/dev/null; rc=1; fi; \
+	exit $$rc
 
 benchmark: venv collection
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py

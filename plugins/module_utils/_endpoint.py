@@ -456,7 +456,8 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
         notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
     requests: list[dict[str, Any]] = []
     for repeat, prompt in schedule:
-        record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat}
+        record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat,
+                                  "prompt_sha256": prompt.sha256}
         record.update(client.complete(prompt, api, server["engine"], model))
         if before is not None:
             after = client.spec_counters()

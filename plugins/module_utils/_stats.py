@@ -526,29 +526,36 @@ def _rate_samples(requests: list[dict[str, Any]]) -> dict[tuple[int, int, int], 
     return out
 
 
-def _reference_texts(requests: list[dict[str, Any]]) -> tuple[dict[tuple[str, int], str], list[str]]:
+def _text_key(r: Mapping[str, Any]) -> tuple[str, Any]:
+    """Which prompt a request answered: its fingerprint when the bench recorded one (rounds and repeats
+    may send different prompts under the same index), else its shape and index."""
+    return (r["shape"], r.get("prompt_sha256") or r.get("prompt_index", 0))
+
+
+def _reference_texts(requests: list[dict[str, Any]]) -> tuple[dict[tuple[str, Any], str], list[str]]:
     """The baseline's first non-empty text per (shape, prompt) and where the baseline disagrees with itself."""
-    ref: dict[tuple[str, int], str] = {}
+    ref: dict[tuple[str, Any], str] = {}
     warnings = []
     for r in requests:
         if is_empty(r):
             continue
-        key = (r["shape"], r.get("prompt_index", 0))
+        key = _text_key(r)
         if key not in ref:
             ref[key] = r["text"]
         elif r["text"] != ref[key]:
             d = first_divergence(ref[key], r["text"])
-            warnings.append(f"the baseline is not deterministic on {key[0]} prompt {key[1]} (round {r['round']}, "
+            warnings.append(f"the baseline is not deterministic on {key[0]} prompt {r.get('prompt_index', 0)} "
+                            f"(round {r['round']}, "
                             f"repeat {r.get('repeat', 0)}, char {d['position']}): losslessness verdicts on this "
                             f"prompt are unreliable; is temperature 0 really in force?")
     return ref, warnings
 
 
-def _compare_texts(requests: list[dict[str, Any]], ref: Mapping[tuple[str, int], str]) -> dict[str, Any]:
+def _compare_texts(requests: list[dict[str, Any]], ref: Mapping[tuple[str, Any], str]) -> dict[str, Any]:
     compared = vacuous = differ = 0
     first = None
     for r in requests:
-        key = (r["shape"], r.get("prompt_index", 0))
+        key = _text_key(r)
         if is_empty(r) or key not in ref:
             vacuous += 1
             continue
@@ -557,7 +564,8 @@ def _compare_texts(requests: list[dict[str, Any]], ref: Mapping[tuple[str, int],
         if d is not None:
             differ += 1
             if first is None:
-                first = dict(d, shape=key[0], prompt_index=key[1], round=r["round"], repeat=r.get("repeat", 0))
+                first = dict(d, shape=key[0], prompt_index=r.get("prompt_index", 0), round=r["round"],
+                             repeat=r.get("repeat", 0))
     lossless: bool | str = False if differ else (VACUOUS if not compared else True)
     return {"lossless": lossless, "compared": compared, "vacuous": vacuous, "differ": differ,
             "first_divergence": first}

@@ -520,3 +520,20 @@ def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
             d = r["metrics_delta"]
             assert (r["draft_n"], r["draft_n_accepted"]) == (d["draft_tokens"], d["accepted_tokens"])
     assert {p["k"] for p in j["prediction"] if p["config"] == "draft-n3"} == {3}
+
+
+def test_texts_are_compared_prompt_by_prompt_across_rounds() -> None:
+    """Rounds may send different prompts under the same index (the A/B role seeds each round): a
+    candidate's round-1 text is compared with the baseline's round-1 answer to that same prompt."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+
+    def req(rnd: int, text: str) -> dict:
+        return {"shape": "echo", "prompt_index": 0, "repeat": 0, "round": rnd, "text": text,
+                "prompt_sha256": f"prompt-of-round-{rnd}"}
+
+    ref, warnings = _stats._reference_texts([req(0, "alpha"), req(1, "beta")])
+    assert warnings == []  # two prompts, not a non-deterministic baseline
+    same = _stats._compare_texts([req(0, "alpha"), req(1, "beta")], ref)
+    assert same["lossless"] is True and same["differ"] == 0
+    wrong = _stats._compare_texts([req(1, "alpha")], ref)
+    assert wrong["lossless"] is False and wrong["first_divergence"]["round"] == 1
