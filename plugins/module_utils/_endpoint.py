@@ -200,6 +200,16 @@ def model_from_models(models: Any) -> str | None:
 # the client
 
 
+class BenchInterruptedError(EndpointError):
+    """A measurement that stopped after it started: ``bench`` holds the requests measured before the
+    failure (the report keeps them beside the error), ``cause`` the error that stopped it."""
+
+    def __init__(self, message: str, bench: dict[str, Any], cause: SpecdecError) -> None:
+        super().__init__(message)
+        self.bench = bench
+        self.cause = cause
+
+
 class Endpoint:
     """One server by its base URL. Requests go through ansible.module_utils.urls.open_url, no proxy."""
 
@@ -433,6 +443,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
         raise EndpointError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
     warm, schedule, measured = plan_requests(seed, sizes, shapes, prompts_per_shape, repeats, warmup,
                                              reuse_prompts)
+    started = time.perf_counter()
     client = client or Endpoint(endpoint, timeout=timeout, validate_certs=validate_certs, api_key=api_key)
     client.health()
     server = detect_server(client, engine)
@@ -455,29 +466,40 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
     if before is not None and not before["exported"] and server["engine"] == "vllm":
         notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
     requests: list[dict[str, Any]] = []
+
+    def document(total: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "schema": BENCH_SCHEMA,
+            "endpoint": client.base_url,
+            "api": api,
+            "server": server,
+            "shapes": {shape: summarize(prompts) for shape, prompts in measured.items()},
+            "warmup": len(warm),
+            "requests": requests,
+            "metrics_total_delta": total,
+            "notes": notes,
+            "elapsed_s": round(time.perf_counter() - started, 3),
+        }
+
     for repeat, prompt in schedule:
         record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat,
                                   "prompt_sha256": prompt.sha256}
-        record.update(client.complete(prompt, api, server["engine"], model))
-        if before is not None:
-            after = client.spec_counters()
-            record["metrics_delta"] = counter_delta(before, after, client.url("/metrics"))
-            before = after
-        else:
-            record["metrics_delta"] = None
+        try:
+            record.update(client.complete(prompt, api, server["engine"], model))
+            if before is not None:
+                after = client.spec_counters()
+                record["metrics_delta"] = counter_delta(before, after, client.url("/metrics"))
+                before = after
+            else:
+                record["metrics_delta"] = None
+        except SpecdecError as exc:
+            # The server died or broke mid-measurement: what was measured before it is kept.
+            notes.append(f"stopped after {len(requests)} of {len(schedule)} measured requests: {exc}")
+            raise BenchInterruptedError(f"{exc} (after {len(requests)} of {len(schedule)} measured requests; "
+                                   "those are returned in bench)", document(None), exc) from None
         requests.append(record)
     total = counter_delta(first, before, client.url("/metrics")) if first is not None else None
     if first is not None and not (first["exact"] and before["exact"]):
         notes.append("llama-server prints spec totals of 1e6 and more rounded to 6 digits: the per-request "
                      "/metrics deltas are not exact on this long-running server; restart it before benching.")
-    return {
-        "schema": BENCH_SCHEMA,
-        "endpoint": client.base_url,
-        "api": api,
-        "server": server,
-        "shapes": {shape: summarize(prompts) for shape, prompts in measured.items()},
-        "warmup": len(warm),
-        "requests": requests,
-        "metrics_total_delta": total,
-        "notes": notes,
-    }
+    return document(total)

@@ -151,8 +151,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 bench:
-  description: The measurements of one config (schema C(llmfleet.specdec/bench/1)); the report reads them on the controller.
-  returned: success
+  description:
+    - The measurements of one config (schema C(llmfleet.specdec/bench/1)); the report reads them on the controller.
+    - Also returned when the task fails after the measured requests began (the server died or broke mid-run),
+      with the requests measured before the failure and a note saying where it stopped.
+  returned: success, and on failure once measuring began
   type: dict
   contains:
     schema:
@@ -200,13 +203,16 @@ bench:
       description: What limits the numbers of this run (vLLM rates from wall time, rounded llama.cpp totals).
       type: list
       elements: str
+    elapsed_s:
+      description: Wall time of the whole measurement, health check and warm-up included.
+      type: float
 """
 
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import run_bench
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BenchInterruptedError, run_bench
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
 
@@ -233,6 +239,8 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         bench = run_bench(**module.params)
+    except BenchInterruptedError as exc:
+        module.fail_json(msg=str(exc), bench=exc.bench, exception=traceback.format_exc())
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     module.exit_json(changed=False, bench=bench)

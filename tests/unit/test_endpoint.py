@@ -475,3 +475,39 @@ def test_module_argument_spec_matches_run_bench():
     import inspect
     params = set(inspect.signature(ep.run_bench).parameters) - {"client"}
     assert set(spec_bench.ARGUMENT_SPEC) == params
+
+
+def test_a_server_that_breaks_mid_measurement_returns_what_was_measured(replay):
+    routes = dict(LLAMACPP_ROUTES)
+    good = routes[("POST", "/completion")]
+
+    def second_fails(replay, body):
+        if len(replay.posts()) >= 2:
+            return 500, "application/json", b'{"error":{"code":500,"message":"slot died"}}'
+        return good(replay, body)
+    routes[("POST", "/completion")] = second_fails
+    server = replay(routes)
+    with pytest.raises(ep.BenchInterruptedError) as err:
+        ep.run_bench(server.url, shapes=["prose", "identity"], repeats=2, warmup=0, sizes=SMALL, metrics=False)
+    msg = str(err.value)
+    assert "/completion: HTTP 500" in msg and "slot died" in msg and "after 1 of 4 measured requests" in msg
+    assert isinstance(err.value, SpecdecError) and isinstance(err.value.cause, ep.EndpointError)
+    bench = err.value.bench
+    assert bench["schema"] == "llmfleet.specdec/bench/1"
+    assert [(r["shape"], r["repeat"]) for r in bench["requests"]] == [("prose", 0)]
+    assert bench["metrics_total_delta"] is None and bench["elapsed_s"] >= 0
+    assert bench["notes"][-1].startswith("stopped after 1 of 4 measured requests")
+
+
+def test_a_restart_between_requests_is_caught_by_the_counters(replay):
+    routes = dict(LLAMACPP_ROUTES)
+    after = (FIXTURES / "llamacpp_metrics_after.txt").read_bytes()
+    before = (FIXTURES / "llamacpp_metrics_before.txt").read_bytes()
+    # counters rise over the first request, then fall back: a new process answered the second one
+    routes[("GET", "/metrics")] = lambda replay, body: (
+        200, "text/plain; version=0.0.4", after if len(replay.posts()) == 1 else before)
+    server = replay(routes)
+    with pytest.raises(ep.BenchInterruptedError) as err:
+        ep.run_bench(server.url, api="openai", shapes=["identity"], repeats=2, warmup=0, sizes=SMALL)
+    assert "restart" in str(err.value)
+    assert len(err.value.bench["requests"]) == 1
