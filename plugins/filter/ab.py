@@ -42,17 +42,44 @@ def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list
     return out
 
 
-def ab_schedule(names: list[str], rounds: int) -> list[dict[str, Any]]:
-    """Every config once per round, the order rotated by one each round (baseline in every round)."""
-    names = list(names)
+def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline") -> list[dict[str, Any]]:
+    """Every config once per round, the order rotated by one each round (baseline in every round).
+
+    ``configs`` are names, or configs ({name, env, flags}): then configs whose server side is the same
+    (the same env file once rendered) run next to each other, so the server restarts once per distinct
+    server-side config per round, never in between. Each slot says which server-side config it needs
+    (``server``, an index) and whether the server restarts for it (``restart``; production, the
+    baseline, serves when the run starts, and the run ends by restoring it).
+    """
     rounds = int(rounds)
     if rounds < 1:
         raise AnsibleFilterError(f"spec_ab_rounds: {rounds} — run at least one round")
+    groups: list[list[str]] = []
+    keys: dict[Any, int] = {}
+    for config in configs or []:
+        if isinstance(config, dict):
+            name = str(config.get("name"))
+            key = ("baseline",) if name == baseline else tuple(sorted(
+                ab_env(config.get("env"), config.get("flags")).items()))
+        else:
+            name = str(config)
+            key = ("name", name)
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append([])
+        groups[keys[key]].append(name)
+    baseline_group = next((i for i, g in enumerate(groups) if baseline in g), None)
     plan = []
+    serving = baseline_group
     for r in range(rounds):
-        shift = r % len(names) if names else 0
-        for order, name in enumerate(names[shift:] + names[:shift]):
-            plan.append({"config": name, "round": r, "order": order})
+        shift = r % len(groups) if groups else 0
+        order = 0
+        for index in list(range(shift, len(groups))) + list(range(shift)):
+            for name in groups[index]:
+                plan.append({"config": name, "round": r, "order": order, "server": index,
+                             "restart": index != serving})
+                serving = index
+                order += 1
     return plan
 
 

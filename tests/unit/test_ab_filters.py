@@ -50,6 +50,28 @@ def test_schedule_rotates_and_includes_the_baseline_every_round() -> None:
         ab_schedule(["baseline"], 0)
 
 
+def test_configs_with_one_server_side_run_together_and_restart_once() -> None:
+    draft = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}
+    configs = [{"name": "baseline", "env": {}},
+               {"name": "a", "env": dict(draft, LLAMA_ARG_SPEC_DRAFT_N_MAX="3")},
+               {"name": "b", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
+               # the same env file as a once rendered (a flag given as a flag): no restart between them
+               {"name": "a-twin", "env": draft, "flags": ["--spec-draft-n-max", "3"]}]
+    plan = ab_schedule(configs, 3)
+    rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(3)]
+    assert rounds == [["baseline", "a", "a-twin", "b"], ["a", "a-twin", "b", "baseline"],
+                      ["b", "baseline", "a", "a-twin"]]
+    assert [p["order"] for p in plan if p["round"] == 1] == [0, 1, 2, 3]
+    # production serves when the run starts: its slot needs no restart; a-twin follows a on one server
+    restarts = [(p["round"], p["config"]) for p in plan if p["restart"]]
+    assert restarts == [(0, "a"), (0, "b"), (1, "a"), (1, "b"), (1, "baseline"), (2, "b"), (2, "baseline"),
+                        (2, "a")]
+    distinct = len({p["server"] for p in plan})
+    assert distinct == 3 and len(restarts) <= distinct * 3
+    # names alone: every config is its own server side
+    assert [p["restart"] for p in ab_schedule(["baseline", "x"], 1)] == [False, True]
+
+
 def test_env_rendering_puts_unnamed_flags_in_extra_args() -> None:
     env = ab_env({"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, ["--spec-ngram-mod-n-min", "16", "--spec-draft-n-max", "5"])
     assert env["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
