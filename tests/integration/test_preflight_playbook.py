@@ -20,22 +20,33 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
-    cache = tmp_path_factory.mktemp("cache")
-    write_standard_set(cache / "demo-models")
+def run_preflight(cache: Path, *extra: str) -> tuple[dict, str]:
+    """playbooks/preflight.yml on the demo host: (verdicts by config name, the printed table)."""
     env = dict(os.environ, LLMFLEET_CACHE=str(cache), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1",
                ANSIBLE_SHOW_CUSTOM_STATS="1")
     bindir = Path(sys.executable).parent
-    proc = subprocess.run([str(bindir / "ansible-playbook"), "playbooks/preflight.yml", "-l", "specdec-demo"],
+    proc = subprocess.run([str(bindir / "ansible-playbook"), "playbooks/preflight.yml", "-l", "specdec-demo", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     results = out["global_custom_stats"]["specdec_preflight"]["specdec-demo"]
     table = next(t for play in out["plays"] for t in play["tasks"] if t["task"]["name"].endswith("preflight table"))
     lines = table["hosts"]["specdec-demo"]["msg"]
-    return {r["name"]: r for r in results}, "\n".join(lines), cache / "demo-models"
+    return {r["name"]: r for r in results}, "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    write_standard_set(cache / "demo-models")
+    return cache
+
+
+@pytest.fixture(scope="module")
+def preflight(demo_cache: Path) -> tuple[dict, str, Path]:
+    results, table = run_preflight(demo_cache)
+    return results, table, demo_cache / "demo-models"
 
 
 def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> None:
@@ -76,3 +87,24 @@ def test_the_server_does_what_preflight_said(preflight: tuple[dict, str, Path], 
             assert speculating == [expected], (config["name"], server.log_text()[-1500:])
         finally:
             server.stop()
+
+
+def test_the_build_record_on_the_host_sets_the_rules(preflight: tuple[dict, str, Path], demo_cache: Path,
+                                                    tmp_path: Path) -> None:
+    """Without specdec_llamacpp_build in inventory, the build llamacpp_build recorded on the host decides:
+    on b9100 the MTP type was still named `mtp`, so the name is no longer the refusal there; the demo
+    target's missing nextn layers are."""
+    results, table, _ = preflight
+    assert table.splitlines()[-1].startswith("llama.cpp build: pinned tree, from the tree the collection pins")
+    record = tmp_path / "llamacpp-build.json"
+    record.write_text(json.dumps({"schema": "llmfleet.specdec/llamacpp-build/1", "build_number": 9100,
+                                  "version": "b9100", "backend": "cpu"}))
+    old, old_table = run_preflight(demo_cache, "-e", f"spec_preflight_build_record={record}")
+    assert old_table.splitlines()[-1] == f"llama.cpp build: b9100, from {record}"
+    assert [e["code"] for e in results["mtp-old-name"]["errors"]] == ["spec-type-renamed"]
+    assert [e["code"] for e in old["mtp-old-name"]["errors"]] == ["mtp-context-without-nextn"]
+    assert [w["code"] for w in old["mtp-old-name"]["warnings"]] == ["old-build"]
+    # inventory wins over the record
+    _, pinned_table = run_preflight(demo_cache, "-e", f"spec_preflight_build_record={record}",
+                                    "-e", "specdec_llamacpp_build=b10133")
+    assert pinned_table.splitlines()[-1] == "llama.cpp build: b10133, from inventory (specdec_llamacpp_build)"
