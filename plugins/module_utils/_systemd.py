@@ -16,8 +16,11 @@ An A/B candidate runs as the production unit itself, changed only by a transient
 
 Health is decided by the server, never by a file: ``GET /health`` answers 200 *and* the socket
 listening on the port belongs to the unit's new ``MainPID`` (``/proc/net/tcp*`` inode →
-``/proc/<pid>/fd``). Before a candidate starts, the port must be free of listeners (bounded wait);
-a port still held names the process that holds it.
+``/proc/<pid>/fd``) or to a process in the unit's own control group or below it
+(``/proc/<pid>/cgroup`` against the unit's ``ControlGroup``): a container run by
+``podman run --cgroups=split`` serves from a daemonized process in a sub-cgroup of the unit, while
+``MainPID`` is the podman client. Before a candidate starts, the port must be free of listeners
+(bounded wait); a port still held names the process that holds it.
 
 The decisions (validation, rendering, what to change) are pure functions; ``Systemctl`` and the
 ``/proc`` readers are the only places that touch the host, so the tests drive the rest with fakes.
@@ -543,6 +546,33 @@ def environment_files(values: Sequence[str]) -> List[Tuple[str, bool]]:
     return files
 
 
+def cgroup_path(text: str) -> str | None:
+    """The cgroup systemd tracks a process in, from ``/proc/<pid>/cgroup``; None when there is none.
+
+    The ``name=systemd`` hierarchy when there is one (cgroup v1 and hybrid: there the unified ``0::``
+    line may name another tree), else the unified hierarchy's ``0::`` line (cgroup v2).
+    """
+    unified = None
+    for line in text.splitlines():
+        _, _, rest = line.partition(":")
+        controllers, sep, path = rest.partition(":")
+        if not sep:
+            continue
+        if "name=systemd" in controllers.split(","):
+            return path
+        if not controllers and line.startswith("0:"):
+            unified = path
+    return unified
+
+
+def within_cgroup(path: str | None, control_group: str) -> bool:
+    """Whether ``path`` is the unit's ``control_group`` or below it (a shared prefix is not enough)."""
+    top = control_group.rstrip("/")
+    if not path or not top:  # no unit cgroup (inactive) or the root: nothing is the unit's
+        return False
+    return path == top or path.startswith(top + "/")
+
+
 class Listener(NamedTuple):
     address: str
     port: int
@@ -621,13 +651,15 @@ class ProcView:
                     "unreadable: run it as root with CAP_SYS_PTRACE, which root has on a normal host)")
         return "no process found"
 
+    def cgroup(self, pid: int) -> str | None:
+        """The cgroup systemd tracks ``pid`` in (see ``cgroup_path``); None when it cannot be read."""
+        return cgroup_path(_read(os.path.join(self.proc, str(pid), "cgroup")) or "")
+
     def describe(self, pid: int) -> str:
         comm = (_read(os.path.join(self.proc, str(pid), "comm")) or "?").strip()
         raw = _read(os.path.join(self.proc, str(pid), "cmdline")) or ""
         cmdline = " ".join(part for part in raw.split("\x00") if part)
-        cgroup = _read(os.path.join(self.proc, str(pid), "cgroup")) or ""
-        units = sorted({part for line in cgroup.splitlines() for part in line.split("/")
-                        if part.endswith((".service", ".scope"))})
+        units = [part for part in (self.cgroup(pid) or "").split("/") if part.endswith((".service", ".scope"))]
         where = f", unit {units[-1]}" if units else ""
         return f"pid {pid} ({comm}{where}: {cmdline[:200]})"
 
@@ -768,7 +800,7 @@ class UnitOverride:
 
     def unit_info(self, unit: str) -> Dict[str, str]:
         return self.sd.show(unit, ["LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "Result",
-                                   "NeedDaemonReload", "DropInPaths", "FragmentPath"])
+                                   "NeedDaemonReload", "DropInPaths", "FragmentPath", "ControlGroup"])
 
     def base_env(self, paths: OverridePaths) -> Dict[str, str]:
         """The unit's own environment (Environment= then EnvironmentFile=s), our override left out."""
@@ -805,16 +837,18 @@ class UnitOverride:
                 "running": service["ActiveState"] in ("activating", "active", "deactivating"),
                 "loaded": timer["LoadState"] == "loaded" or service["LoadState"] == "loaded"}
 
-    def serving_pid_ok(self, pid: int, port: int) -> Tuple[bool, List[int]]:
+    def serving_pid_ok(self, pid: int, port: int, control_group: str = "") -> Tuple[bool, List[int]]:
+        """Whether the port is served by the unit: its ``MainPID`` or a process in its ``control_group``."""
         owners = self.proc.socket_owners(self.proc.listening_inodes(port))
-        return pid in owners, owners
+        ok = pid in owners or any(within_cgroup(self.proc.cgroup(owner), control_group) for owner in owners)
+        return ok, owners
 
     def healthy_now(self, unit: str, info: Mapping[str, str], host: str, port: int) -> bool:
         pid = int(info.get("MainPID") or 0)
         if info.get("ActiveState") != "active" or pid == 0:
             return False
         status, _ = self.http(health_url(host, port), 2.0)
-        return status == 200 and self.serving_pid_ok(pid, port)[0]
+        return status == 200 and self.serving_pid_ok(pid, port, info.get("ControlGroup", ""))[0]
 
     # ---------------------------------------------------------- waits
 
@@ -854,12 +888,14 @@ class UnitOverride:
             if info["ActiveState"] == "active" and pid and pid != not_pid:
                 status, body = self.http(url, 2.0)
                 if status == 200:
-                    ok, owners = self.serving_pid_ok(pid, port)
+                    control_group = info.get("ControlGroup", "")
+                    ok, owners = self.serving_pid_ok(pid, port, control_group)
                     if ok:
                         return {"healthy": True, "main_pid": pid, "url": url, "port": port,
                                 "seconds": round(self.clock() - started, 2)}
+                    in_cgroup = f" or a process in its control group {control_group}" if control_group else ""
                     last = (f"{url} answered 200 but port {port} is served by {self.proc.owners_text(owners)}, "
-                            f"not by {unit}'s pid {pid}")
+                            f"not by {unit}'s pid {pid}{in_cgroup}")
                 else:
                     last = f"{url} answered {status or 'nothing'}: {body.strip()[:120]}"
             else:

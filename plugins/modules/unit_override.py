@@ -14,7 +14,10 @@ description:
   - O(state=present) writes the candidate's env (0600) and the drop-in (0600) in directories of mode 0700, runs
     C(daemon-reload), stops the unit, waits (bounded by O(port_timeout)) until no process listens on the
     candidate's port, starts it, and waits (bounded by O(health_timeout)) until C(GET /health) answers 200
-    B(and) the socket listening on the port belongs to the unit's new C(MainPID). The same candidate again is
+    B(and) the socket listening on the port belongs to the unit's new C(MainPID) or to a process in the unit's
+    own control group or below it (a container run by C(podman run --cgroups=split), whose C(MainPID) is the
+    podman client). A port served from anywhere else (a container under docker's own scope, another unit) is
+    not healthy, and the message names that process and its unit. The same candidate again is
     C(changed=false) and restarts nothing.
   - A candidate that does not become healthy (a bad flag, a missing model, a crash, a port held by another
     process) makes the task fail with the unit's last journal lines, after production was restored and found
@@ -148,11 +151,12 @@ restarted:
   returned: success, except with O(unit=*)
   type: bool
 healthy:
-  description: Whether C(/health) answered 200 from the unit's own C(MainPID) at the end.
+  description: Whether C(/health) answered 200 from the unit's own process (its C(MainPID), or one in its control
+    group) at the end.
   returned: success, except in check mode
   type: bool
 main_pid:
-  description: The unit's C(MainPID) that serves the port.
+  description: The unit's C(MainPID) (for a container unit, the container engine's client).
   returned: success, except in check mode
   type: int
 url:

@@ -49,6 +49,11 @@ def dragoon_vulkan(tmp_path_factory) -> Path:
     return render(tmp_path_factory.mktemp("vulkan"), "-l", "frank-dragoon", "-e", "specdec_gpu_api=vulkan")
 
 
+@pytest.fixture(scope="module")
+def zealot_podman(tmp_path_factory) -> Path:
+    return render(tmp_path_factory.mktemp("podman"), "-l", "frank-zealot", "-e", "vllm_serve_container_engine=podman")
+
+
 def built(root: Path, host: str) -> dict:
     return json.loads((root / host / "build.json").read_text())
 
@@ -216,6 +221,41 @@ def test_zealot_archived_vllm_unit(rendered):
     assert env["VLLM_SERVE_MODEL"] == "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit"
     assert (env["LLAMA_ARG_HOST"], env["LLAMA_ARG_PORT"]) == ("127.0.0.1", "8000")
     assert not (rendered / "frank-dragoon" / "vllm.service").exists()
+    # docker keeps the container under its own scope: no --cgroups=split to ask for, no cgroup to delegate
+    assert "--cgroups=split" not in argv
+    assert "Delegate=" not in (rendered / "frank-zealot" / "vllm.service").read_text()
+
+
+def test_podman_runs_the_container_inside_the_units_cgroup(zealot_podman, tmp_path):
+    """--cgroups=split and Delegate=yes: what lets unit_override tie the port to a container-mode unit."""
+    argv = exec_start(zealot_podman, "frank-zealot", "vllm.service")
+    assert argv[2:] == ["podman", "run", "--rm", "--replace", "--cgroups=split", "--name", "vllm-dflash",
+                        "--network", "host", "--ipc", "host", "--device", "nvidia.com/gpu=all",
+                        "-v", "/var/cache/vllm/huggingface:/var/cache/vllm/huggingface", "vllm/vllm-openai:v0.20.1"]
+    unit = (zealot_podman / "frank-zealot" / "vllm.service").read_text().splitlines()
+    assert "Delegate=yes" in unit and "ExecStopPost=-podman rm -f vllm-dflash" in unit
+    assert not any(line.startswith("User=") for line in unit)
+    # the launcher keeps it: the command podman gets, with the env passed in before the image
+    engine = tmp_path / "podman"
+    engine.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    engine.chmod(0o755)
+    proc = run_launcher(tmp_path, env_file(zealot_podman, "frank-zealot", "vllm.env"), [str(engine), *argv[3:]])
+    assert proc.returncode == 0, proc.stderr
+    sent = json.loads(proc.stdout)
+    image = sent.index("vllm/vllm-openai:v0.20.1")
+    assert sent[:4] == ["run", "--rm", "--replace", "--cgroups=split"] and sent[image - 2:image] == ["-e", "HF_HOME"]
+
+
+def test_molecule_stand_in_podman_refuses_a_run_outside_the_units_cgroup(tmp_path):
+    """molecule/build's stand-in for podman proves the role passes --cgroups=split: without it, it refuses."""
+    stand_in = ROOT / "molecule" / "build" / "files" / "stand-in-podman"
+    run = [sys.executable, str(stand_in), "run", "--rm", "--replace", "--name", "x", "--network", "host", "img:1",
+           "model", "--port", "8001"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "STAND_IN_PODMAN_STATE": str(tmp_path)})
+    assert proc.returncode == 125 and "--cgroups=split" in proc.stderr and proc.stdout == ""
+    version = subprocess.run([sys.executable, str(stand_in), "--version"], capture_output=True, text=True, timeout=30)
+    assert version.returncode == 0 and version.stdout.startswith("podman version")
 
 
 # --------------------------------------------------------------------------- the vLLM launcher, run for real

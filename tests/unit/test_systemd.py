@@ -381,6 +381,102 @@ def test_proc_view_finds_the_owner_of_a_port(tmp_path: Path) -> None:
     assert view.owners_text([]) == "no process found"
 
 
+# ------------------------------------------------------------------ whose cgroup serves the port
+
+UNIT_CG = "/system.slice/vllm-dflash.service"
+
+
+@pytest.mark.parametrize("text, path", [
+    ("0::/system.slice/vllm-dflash.service/libpod-payload-abc\n", "/system.slice/vllm-dflash.service/libpod-payload-abc"),
+    # cgroup v1: the name=systemd hierarchy is where systemd tracks units
+    ("4:memory:/system.slice\n1:name=systemd:/system.slice/vllm-dflash.service\n", UNIT_CG),
+    # hybrid, as in a systemd container on a v1 host: the 0:: line names the container, not the unit
+    ("9:name=systemd:/libpod_parent/libpod-1/system.slice/x.service\n0::/libpod_parent/libpod-1\n",
+     "/libpod_parent/libpod-1/system.slice/x.service"),
+    ("0::/system.slice/a:b.service\n", "/system.slice/a:b.service"),
+    ("4:memory:/system.slice/x.service\n", None),
+    ("", None),
+])
+def test_cgroup_path_prefers_the_hierarchy_systemd_tracks(text: str, path: str | None) -> None:
+    assert sd.cgroup_path(text) == path
+
+
+@pytest.mark.parametrize("path, control_group, inside", [
+    (UNIT_CG, UNIT_CG, True),
+    (UNIT_CG + "/libpod-payload-abc", UNIT_CG, True),
+    (UNIT_CG + "/supervisor", UNIT_CG + "/", True),
+    (UNIT_CG + "-evil/payload", UNIT_CG, False),      # shares a prefix, is another cgroup
+    ("/system.slice/vllm-dflash.serviceX", UNIT_CG, False),
+    ("/system.slice", UNIT_CG, False),                 # the parent is not the unit
+    ("/system.slice/other.service", UNIT_CG, False),
+    (UNIT_CG, "", False),                              # an inactive unit has no control group
+    ("/", "/", False),                                 # the root cgroup is nobody's unit
+    (None, UNIT_CG, False),
+])
+def test_within_cgroup_is_the_unit_or_below(path: str | None, control_group: str, inside: bool) -> None:
+    assert sd.within_cgroup(path, control_group) is inside
+
+
+def _vllm_unit(tmp_path: Path, control_group: str) -> FakeHost:
+    # MainPID 90 is the container engine's client (podman run), in the unit's own cgroup
+    return FakeHost({"vllm-dflash.service": _production(tmp_path, pid=90, ControlGroup=control_group)["llama-server.service"]})
+
+
+def _serving(owner_cgroup: str) -> Dict[int, Dict[str, Any]]:
+    return {
+        90: {"fds": ["/dev/null"], "comm": "podman", "cmdline": ["podman", "run", "--cgroups=split", "vllm/vllm-openai"],
+             "cgroup": f"0::{UNIT_CG}\n"},
+        4242: {"fds": ["socket:[31337]"], "comm": "python3", "cmdline": ["python3", "-m", "vllm.entrypoints.openai"],
+               "cgroup": owner_cgroup},
+    }
+
+
+@pytest.mark.parametrize("owner_cgroup", [
+    f"0::{UNIT_CG}/libpod-payload-abc\n",                         # podman run --cgroups=split
+    f"0::{UNIT_CG}\n",                                            # in the unit's cgroup itself
+    f"2:cpu:/\n1:name=systemd:{UNIT_CG}/libpod-payload-abc\n0::/\n",  # cgroup v1
+])
+def test_a_port_served_from_the_units_cgroup_is_the_unit(tmp_path: Path, owner_cgroup: str) -> None:
+    manager = _manager(tmp_path, _vllm_unit(tmp_path, UNIT_CG), _serving(owner_cgroup), health_timeout=5)
+    health = manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)
+    assert health["healthy"] is True and health["main_pid"] == 90
+    info = manager.unit_info("vllm-dflash.service")
+    assert info["ControlGroup"] == UNIT_CG
+    assert manager.healthy_now("vllm-dflash.service", info, "127.0.0.1", 8080) is True
+
+
+@pytest.mark.parametrize("owner_cgroup, named", [
+    ("0::/system.slice/other.service\n", "unit other.service"),
+    ("0::/machine.slice/libpod-abc.scope/container\n", "unit libpod-abc.scope"),   # podman without --cgroups=split
+    ("0::/system.slice/docker-abc.scope\n", "unit docker-abc.scope"),              # docker: dockerd's scope
+    (f"0::{UNIT_CG}-evil/payload\n", "pid 4242 (python3: python3 -m vllm"),      # a shared prefix is not below
+    ("1:name=systemd:/system.slice/other.service\n0::/\n", "unit other.service"),  # cgroup v1
+])
+def test_a_port_served_from_outside_the_units_cgroup_is_not_healthy(tmp_path: Path, owner_cgroup: str,
+                                                                    named: str) -> None:
+    manager = _manager(tmp_path, _vllm_unit(tmp_path, UNIT_CG), _serving(owner_cgroup), health_timeout=2)
+    with pytest.raises(sd.NotHealthyError) as info:
+        manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)
+    msg = str(info.value)
+    assert "port 8080 is served by pid 4242 (python3" in msg and named in msg
+    assert f"not by vllm-dflash.service's pid 90 or a process in its control group {UNIT_CG}" in msg
+    unit_info = manager.unit_info("vllm-dflash.service")
+    assert manager.healthy_now("vllm-dflash.service", unit_info, "127.0.0.1", 8080) is False
+
+
+def test_without_a_control_group_only_the_main_pid_counts(tmp_path: Path) -> None:
+    # systemd shows no ControlGroup: the owner in what would be the unit's cgroup is not taken on trust
+    manager = _manager(tmp_path, _vllm_unit(tmp_path, ""), _serving(f"0::{UNIT_CG}/libpod-payload-abc\n"),
+                       health_timeout=2)
+    with pytest.raises(sd.NotHealthyError, match=r"not by vllm-dflash\.service's pid 90\Z") as info:
+        manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)
+    assert "control group" not in str(info.value)
+    # and the MainPID itself serving passes as before, whatever its cgroup
+    procs = {90: {"fds": ["socket:[31337]"], "cgroup": "0::/somewhere/else\n"}}
+    manager = _manager(tmp_path / "b", _vllm_unit(tmp_path, UNIT_CG), procs)
+    assert manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)["main_pid"] == 90
+
+
 # ------------------------------------------------------------------ the vehicle with a fake host
 
 
