@@ -10,7 +10,7 @@ export LLMFLEET_CACHE := $(CACHE)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark clean molecule
+.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
 
 all: test
 
@@ -63,31 +63,45 @@ test: venv collection llama-server
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
 	$(MAKE) --no-print-directory molecule
+	$(MAKE) --no-print-directory molecule-build
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
+
+# podman, runc and debootstrap (Debian packages), installed when missing.
+define container_tools
+command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
+  echo "installing podman, runc and debootstrap with apt-get"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
+endef
+
+# What a container host needs: the image booting systemd, the llama-server binary and the tiny models
+# (each built once and cached under $(CACHE)), exported for molecule/*/molecule.yml.
+define host_env
+export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+image=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
+server=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) || exit 1; \
+export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models
+endef
 
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults
 molecule: venv collection llama-server models
-	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
-	  echo "installing podman, runc and debootstrap with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
-	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
-	image=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
-	server=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) || exit 1; \
-	export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models; \
+	@$(container_tools)
+	@$(host_env); \
 	passed=0; failed=0; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  start=$$SECONDS; \
 	  if $(VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
 	  echo "molecule scenario $$scenario: $$((SECONDS - start)) s"; \
 	done; \
-	left=$$(podman ps -aq --filter name='^specdec-molecule-'); \
-	if [ -n "$$left" ]; then \
-	  echo "molecule left containers behind, removing them:"; podman ps -a --filter name='^specdec-molecule-'; \
-	  podman rm -f $$left >/dev/null; failed=$$((failed + 1)); \
-	fi; \
+	for scenario in $(MOLECULE_SCENARIOS); do \
+	  left=$$(podman ps -aq --filter name="^specdec-molecule-$$scenario$$"); \
+	  if [ -n "$$left" ]; then \
+	    echo "molecule scenario $$scenario left its container behind, removing it"; \
+	    podman rm -f $$left >/dev/null; failed=$$((failed + 1)); \
+	  fi; \
+	done; \
 	echo "molecule: $$passed passed, $$failed failed"; \
 	[ $$failed -eq 0 ]
 
@@ -95,13 +109,11 @@ molecule: venv collection llama-server models
 # through llamacpp_serve, a failed build, switching back, a prebuilt tarball, retention, toolkit checks, and
 # role vllm_serve with unit_override on a stand-in vllm. The compiler cache lives in $(CACHE)/ccache, outside
 # the repository: the first run compiles llama-server (minutes), later runs mostly hit the cache. Its container is
-# named specdec-build, outside `make molecule`'s specdec-molecule-* sweep, so the two targets never remove each
-# other's containers.
+# named specdec-build, not specdec-molecule-<scenario> (the names `make molecule` sweeps), so the two targets
+# never remove each other's containers.
 .PHONY: molecule-build
 molecule-build: venv collection llama-server models
-	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
-	  echo "installing podman, runc and debootstrap with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
+	@$(container_tools)
 	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
 	image=$$(molecule/build/build_image.sh | tail -1) || exit 1; \
 	mkdir -p $(CACHE)/ccache; \
@@ -116,6 +128,12 @@ molecule-build: venv collection llama-server models
 
 benchmark: venv collection
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py
+
+# The A/B protocol's overhead on the demo container host (molecule/ab's container; not beside make molecule).
+benchmark-ab: venv collection llama-server models
+	@$(container_tools)
+	@$(host_env); \
+	PYTHONPATH=.build/collections $(PY) benchmarks/ab_overhead.py
 
 clean:
 	rm -rf .build .pytest_cache .ruff_cache
