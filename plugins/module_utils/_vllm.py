@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any, Iterable, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
@@ -404,15 +405,31 @@ def lint(config: Any, vllm_version: Any = None) -> dict[str, Any]:
     return result
 
 
+def _env_flags(env: Mapping[str, Any], name: str) -> list[str]:
+    """A shell-quoted flags variable of a vLLM unit's env file, split as the unit's launcher splits it."""
+    try:
+        return shlex.split(str(env.get(name) or ""))
+    except ValueError as exc:
+        raise SpecdecError(f"env.{name}: {exc}; quote it as a shell would") from None
+
+
 def lint_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """spec_lint's vllm branch: flags (vllm serve args) and/or speculative_config."""
-    flags = list(params.get("flags") or [])
-    extra = params.get("speculative_config")
+    """spec_lint's vllm branch: flags (vllm serve args) and/or speculative_config.
+
+    ``env`` is read as role vllm_serve's launcher reads the unit's env file: ``VLLM_SERVE_ARGS`` (engine
+    flags) first, then ``flags``, then ``VLLM_EXTRA_ARGS``; ``VLLM_SPECULATIVE_CONFIG`` (JSON) is the
+    speculative config unless ``speculative_config`` is given.
+    """
+    env = params.get("env") or {}
+    flags = _env_flags(env, "VLLM_SERVE_ARGS") + list(params.get("flags") or []) + _env_flags(env, "VLLM_EXTRA_ARGS")
+    extra, source = params.get("speculative_config"), "speculative_config"
+    if extra is None and str(env.get("VLLM_SPECULATIVE_CONFIG") or "").strip():
+        extra, source = str(env["VLLM_SPECULATIVE_CONFIG"]), "env.VLLM_SPECULATIVE_CONFIG"
     if isinstance(extra, str):
         try:
             extra = json.loads(extra)
         except ValueError as exc:
-            raise SpecdecError(f"speculative_config is not JSON: {exc}; give a mapping or a JSON object") from exc
+            raise SpecdecError(f"{source} is not JSON: {exc}; give a mapping or a JSON object") from exc
     if extra is not None:
         flags += to_cli(extra)
     return lint(flags, params.get("vllm_version"))

@@ -55,6 +55,9 @@ options:
         override it, except C(--spec-type), which adds to it.
       - C(LLAMA_EXTRA_ARGS) (this collection's own variable) holds shell-quoted flags without an env name;
         they are read as flags.
+      - For O(backend=vllm), the vLLM unit's environment as role C(vllm_serve) writes it and its launcher reads
+        it - C(VLLM_SERVE_ARGS) (engine flags, before O(flags)), C(VLLM_EXTRA_ARGS) (after them) and
+        C(VLLM_SPECULATIVE_CONFIG) (the C(--speculative-config) JSON, unless O(speculative_config) is given).
     type: dict
     default: {}
   speculative_config:

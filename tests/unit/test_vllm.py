@@ -192,3 +192,25 @@ def test_lint_params_merges_speculative_config_after_flags() -> None:
     assert r["errors"] == [] and r["warnings"] == [] and r["effective_chain"] == ["dflash"]
     with pytest.raises(SpecdecError, match="speculative_config is not JSON"):
         _vllm.lint_params({"speculative_config": "{bad"})
+
+
+def test_lint_params_reads_a_vllm_units_env_as_its_launcher_does() -> None:
+    spec = json.dumps({"method": "dflash", "model": "m", "num_speculative_tokens": 7})
+    # the speculative config from VLLM_SPECULATIVE_CONFIG; the engine flags from VLLM_SERVE_ARGS count
+    alone = _vllm.lint_params({"env": {"VLLM_SPECULATIVE_CONFIG": spec}, "vllm_version": "0.20.1"})
+    assert alone["effective_chain"] == ["dflash"]
+    assert [w["code"] for w in alone["warnings"]] == ["dflash-attention-backend-auto"]
+    served = _vllm.lint_params({"env": {"VLLM_SPECULATIVE_CONFIG": spec,
+                                        "VLLM_SERVE_ARGS": "--attention-backend flash_attn --max-model-len 4096"},
+                                "vllm_version": "0.20.1"})
+    assert served["errors"] == [] and served["warnings"] == [] and served["speculative_config"]["model"] == "m"
+    # an explicit speculative_config wins over the env's; an empty one means no speculation
+    explicit = _vllm.lint_params({"env": {"VLLM_SPECULATIVE_CONFIG": spec},
+                                  "speculative_config": {"method": "ngram", "num_speculative_tokens": 4,
+                                                         "prompt_lookup_max": 4}})
+    assert explicit["effective_chain"] == ["ngram"]
+    assert _vllm.lint_params({"env": {"VLLM_SPECULATIVE_CONFIG": " "}})["outcome"] == "serves-without-speculation"
+    with pytest.raises(SpecdecError, match=r"env\.VLLM_SPECULATIVE_CONFIG is not JSON"):
+        _vllm.lint_params({"env": {"VLLM_SPECULATIVE_CONFIG": "{method: ngram}"}})
+    with pytest.raises(SpecdecError, match=r"env\.VLLM_SERVE_ARGS: No closing quotation"):
+        _vllm.lint_params({"env": {"VLLM_SERVE_ARGS": "--served-model-name 'x"}})
