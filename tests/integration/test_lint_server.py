@@ -199,43 +199,39 @@ def _skip_string(s: str, i: int) -> int:
     return j + 1
 
 
-def _close(s: str, i: int) -> int:
-    """Index of the bracket closing the one at s[i], skipping strings, char literals and // comments."""
-    depth, j = 0, i
+def _code(s: str, i: int = 0):
+    """(index, character) of the C++ code from s[i] on, with strings, char literals and // comments
+    skipped: brackets and commas inside them do not count."""
+    j = i
     while j < len(s):
         c = s[j]
         if c == '"':
             j = _skip_string(s, j)
-            continue
-        if c == "'":
+        elif c == "'":
             j += 4 if s[j + 1] == "\\" else 3
-            continue
-        if s.startswith("//", j):
+        elif s.startswith("//", j):
             j = s.index("\n", j)
-            continue
+        else:
+            yield j, c
+            j += 1
+
+
+def _close(s: str, i: int) -> int:
+    """Index of the bracket closing the one at s[i]."""
+    depth = 0
+    for j, c in _code(s, i):
         if c in "({[":
             depth += 1
         elif c in ")}]":
             depth -= 1
             if depth == 0:
                 return j
-        j += 1
     raise ValueError("unbalanced")
 
 
 def _top_level_params(s: str) -> list[str]:
-    parts, depth, start, j = [], 0, 0, 0
-    while j < len(s):
-        c = s[j]
-        if c == '"':
-            j = _skip_string(s, j)
-            continue
-        if c == "'":
-            j += 4 if s[j + 1] == "\\" else 3
-            continue
-        if s.startswith("//", j):
-            j = s.index("\n", j)
-            continue
+    parts, depth, start = [], 0, 0
+    for j, c in _code(s):
         if c in "({[":
             depth += 1
         elif c in ")}]":
@@ -243,7 +239,6 @@ def _top_level_params(s: str) -> list[str]:
         elif c == "," and depth == 0:
             parts.append(s[start:j].strip())
             start = j + 1
-        j += 1
     return [*parts, s[start:].strip()]
 
 
