@@ -1,7 +1,11 @@
 # Controller-side filters that fold preflight module results into one verdict per config and a table.
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
 
 # llama.cpp's context-backed drafters; an ngram layer costs ~nothing per round
 _CONTEXT_BACKED = ("draft-dspark", "draft-dflash", "draft-eagle3", "draft-mtp", "draft-simple")
@@ -100,9 +104,32 @@ def preflight_table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def build_from_record(content: str | None, path: str = "the build record") -> str:
+    """The build (``b<number>``) in a llamacpp_build record as slurp returns it (base64); '' when there is
+    no record or it names no build number (a commit-only build)."""
+    if not content:
+        return ""
+    try:
+        record = json.loads(base64.b64decode(content))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{path} is not JSON ({exc}): rerun the llamacpp_build role on the host, or set "
+                                 "specdec_llamacpp_build in inventory") from None
+    if not isinstance(record, dict):
+        raise AnsibleFilterError(f"{path} is not a JSON object: rerun the llamacpp_build role on the host, or set "
+                                 "specdec_llamacpp_build in inventory")
+    number = record.get("build_number")
+    if number is None:
+        return ""
+    if isinstance(number, bool) or not str(number).isdigit():
+        raise AnsibleFilterError(f"{path}: build_number {number!r} is not a whole number: rerun the llamacpp_build "
+                                 "role on the host, or set specdec_llamacpp_build in inventory")
+    return f"b{int(number)}"
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "build_from_record": build_from_record,
             "costliest_drafter": costliest_drafter,
             "preflight_results": preflight_results,
             "preflight_table": preflight_table,

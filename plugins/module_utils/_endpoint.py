@@ -496,7 +496,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
             # The server died or broke mid-measurement: what was measured before it is kept.
             notes.append(f"stopped after {len(requests)} of {len(schedule)} measured requests: {exc}")
             raise BenchInterruptedError(f"{exc} (after {len(requests)} of {len(schedule)} measured requests; "
-                                   "those are returned in bench)", document(None), exc) from None
+                                        "those are returned in bench)", document(None), exc) from None
         requests.append(record)
     total = counter_delta(first, before, client.url("/metrics")) if first is not None else None
     if first is not None and not (first["exact"] and before["exact"]):
