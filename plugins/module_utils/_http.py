@@ -166,8 +166,10 @@ class HttpReply:
         self.status = resp.status
         self.reason = resp.reason
         self.headers = resp.headers
+        self.received = 0  # body bytes so far, for the messages
 
-    def _failure(self, exc: BaseException | None, got: int) -> HttpError:
+    def _failure(self, exc: BaseException | None) -> HttpError:
+        got = self.received
         if self._watchdog.fired:
             return HttpError(f"{self.label}: no complete answer within total_timeout ({self._watchdog.seconds:g} s; "
                              f"{got} bytes of the body had arrived); the server is too slow or stalls. "
@@ -181,16 +183,15 @@ class HttpReply:
         return HttpError(f"{self.label}: the reply broke after {got} bytes of the body "
                          f"({type(exc).__name__}: {redact_text(exc)}); the server or the network failed mid-reply")
 
-    def _read1(self, n: int, got: int) -> bytes:
+    def _read1(self, n: int) -> bytes:
         try:
             data = self._resp.read1(n)
         except Exception as exc:  # a broken chunk, a reset, a stall: every way a body can fail
-            raise self._failure(exc, got) from None
-        if not data:
-            if self._watchdog.fired:  # the watchdog's shutdown looks like an end of file
-                raise self._failure(None, got)
-            if self._resp.length:  # announced bytes never came
-                raise self._failure(None, got)
+            raise self._failure(exc) from None
+        if not data and (self._watchdog.fired  # the watchdog's shutdown looks like an end of file
+                         or self._resp.length):  # announced bytes never came
+            raise self._failure(None)
+        self.received += len(data)
         return data
 
     def read_some(self, n: int, need: int = 1) -> bytes:
@@ -199,7 +200,7 @@ class HttpReply:
         parts: list[bytes] = []
         got = 0
         while got < max(need, 1) and got < n:
-            data = self._read1(n - got, got)
+            data = self._read1(n - got)
             if not data:
                 break
             parts.append(data)
@@ -214,7 +215,7 @@ class HttpReply:
         """The whole body; more than ``cap`` bytes is an error (memory stays about ``cap``)."""
         body = bytearray()
         while True:
-            data = self._read1(READ_PIECE, len(body))
+            data = self._read1(READ_PIECE)
             if not data:
                 return body
             body += data
@@ -325,7 +326,10 @@ def _send(conn: http.client.HTTPConnection, method: str, target: str, data: byte
           headers: dict[str, str], label: str, timeout: float, watchdog: _Watchdog) -> http.client.HTTPResponse:
     try:
         conn.request(method, target, body=data, headers=headers)
-        return conn.getresponse()
+        resp = conn.getresponse()
+        if watchdog.fired:  # headers cut short by the deadline end early, not in an error
+            raise TimeoutError("total deadline")
+        return resp
     except Exception as exc:  # refused, reset, a bad status line, too many headers, a stall: all named
         conn.close()
         if watchdog.fired:
