@@ -19,7 +19,7 @@ options:
   allow_full_read:
     description:
       - When an HTTP server ignores Range requests, stream the response body anyway and stop
-        reading once the header is parsed. Without it such a server is an error.
+        reading as soon as the header's bytes have arrived. Without it such a server is an error.
     type: bool
     default: false
   validate_certs:

@@ -110,7 +110,9 @@ options:
     type: bool
     default: true
   api_key:
-    description: Bearer token for a server started with an API key.
+    description:
+      - Bearer token for a server started with an API key.
+      - Sent only to the origin of O(endpoint); a redirect to another scheme, host or port goes without it.
     type: str
   validate_certs:
     description: Verify TLS certificates for an https O(endpoint).
