@@ -39,8 +39,8 @@ options:
         connection is shut and the read fails with an error naming the URL.
       - Bounds a server that stalls mid-body or drips its reply slowly. Raise it only for a very slow link
         (each request fetches at most O(first_read) bytes).
+      - Unset, it is O(timeout) plus 300 seconds (330 with the default O(timeout)).
     type: int
-    default: 300
   url_headers:
     description:
       - Extra HTTP request headers, for example an C(Authorization) header.

@@ -10,7 +10,7 @@ GGUF_READ_ARGS: dict[str, dict[str, Any]] = dict(
     allow_full_read=dict(type="bool", default=False),
     validate_certs=dict(type="bool", default=True),
     timeout=dict(type="int", default=30),
-    total_timeout=dict(type="int", default=300),
+    total_timeout=dict(type="int"),  # unset: timeout + 300
     # headers carry tokens (Authorization): never echoed back in invocation.module_args or logs
     url_headers=dict(type="dict", default={}, no_log=True),
 )

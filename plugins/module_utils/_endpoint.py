@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, redact_url
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import TOTAL_GRACE, HttpError, redact_url
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import (
     Prompt,
@@ -67,7 +67,6 @@ _BODY_START = 300
 # would hurt the host (a reply is held about twice: bytes, then parsed).
 MAX_REPLY_BYTES = 32 * 1024 * 1024
 _ERROR_BODY_BYTES = 64 * 1024  # of an error status's body only the start is shown
-DEFAULT_TOTAL_TIMEOUT = 900
 
 
 class EndpointError(SpecdecError):
@@ -255,10 +254,12 @@ class Endpoint:
     :data:`MAX_REPLY_BYTES` is refused. Messages name the URL without query string or user info."""
 
     def __init__(self, base_url: str, *, timeout: float = 600, validate_certs: bool = True,
-                 api_key: str | None = None, total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
+                 api_key: str | None = None, total_timeout: float | None = None,
                  max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise EndpointError(f"endpoint: expected an http:// or https:// base URL, got {redact_url(base_url)!r}")
+        if total_timeout is None:
+            total_timeout = timeout + TOTAL_GRACE if isinstance(timeout, (int, float)) else timeout
         for name, value in (("timeout", timeout), ("total_timeout", total_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise EndpointError(f"{name}: expected a number of seconds > 0, got {value!r}")
@@ -473,7 +474,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
               sizes: Mapping[str, Any] | None = None, timeout: float = 600, metrics: bool = True,
               validate_certs: bool = True, engine: str = "auto", model: str | None = None,
               api_key: str | None = None, reuse_prompts: bool = False,
-              total_timeout: float = DEFAULT_TOTAL_TIMEOUT, client: Endpoint | None = None) -> dict[str, Any]:
+              total_timeout: float | None = None, client: Endpoint | None = None) -> dict[str, Any]:
     """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
     :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
     measurement contract. Changes nothing on the server but its counters and caches.

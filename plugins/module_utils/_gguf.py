@@ -33,7 +33,6 @@ INT64_MAX = (1 << 63) - 1
 DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
 DEFAULT_FIRST_READ = 8 * 1024 * 1024
 FILE_CHUNK = 4 * 1024 * 1024
-DEFAULT_TOTAL_TIMEOUT = 300  # seconds for one whole HTTP request, however the server drips its bytes
 
 
 class ValueType(IntEnum):
@@ -159,7 +158,7 @@ class HttpSource:
         allow_full_read: bool = False,
         validate_certs: bool = True,
         timeout: float = 30,
-        total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
+        total_timeout: float | None = None,  # None: timeout + _http.TOTAL_GRACE
         headers: dict[str, str] | None = None,
     ) -> None:
         self.url = url

@@ -30,9 +30,13 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 10
 READ_PIECE = 64 * 1024
+# total_timeout left unset is timeout plus this: a healthy server's slowest wait plus time to send the body
+TOTAL_GRACE = 300
 USER_AGENT = "llmfleet.specdec"
 
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_PATH_QUERY = re.compile(r"(/[^\s'\"?#]*)(\?[^\s'\"]*)")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 class HttpError(SpecdecError):
@@ -73,8 +77,29 @@ def redact_url(url: Any) -> str:
 
 
 def redact_text(text: Any) -> str:
-    """``text`` with every URL in it passed through :func:`redact_url` (for messages quoting other errors)."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), str(text))
+    """``text`` with every URL in it passed through :func:`redact_url`, and the query string of any bare
+    path (``/m.gguf?sig=...``) cut too: for messages that quote other errors."""
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), str(text))
+    return _PATH_QUERY.sub(lambda m: m.group(1) + "?***", text)
+
+
+def checked_headers(headers: Mapping[Any, Any]) -> dict[str, str]:
+    """``headers`` as strings; a header that HTTP cannot carry is refused naming only the header, never
+    its value (a value is often a token)."""
+    out = {}
+    for name, value in headers.items():
+        name, value = str(name), str(value)
+        if not _HEADER_NAME.match(name):
+            raise HttpError(f"url_headers: {name[:60]!r} is not a valid HTTP header name; fix or remove it")
+        if "\r" in value or "\n" in value:
+            raise HttpError(f"url_headers: the value of {name} contains a line break; remove it")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise HttpError(f"url_headers: the value of {name} has characters HTTP headers cannot carry "
+                            "(only Latin-1); encode it the way the server expects") from None
+        out[name] = value
+    return out
 
 
 def origin(url: str) -> tuple[str, str, int]:
@@ -253,19 +278,22 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
 
 
 def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, data: bytes | None = None,
-            timeout: float = 30, total_timeout: float = 300, validate_certs: bool = True,
+            timeout: float = 30, total_timeout: float | None = None, validate_certs: bool = True,
             use_proxy: bool = False, sensitive: Iterable[str] = ()) -> HttpReply:
     """Send one request (following up to :data:`MAX_REDIRECTS` redirects) and return the open reply of any status.
 
     ``sensitive`` names headers (besides :data:`CREDENTIAL_HEADERS`) that must not leave the first
-    origin. Raises :class:`HttpError` with the URL redacted.
+    origin; ``total_timeout`` None is ``timeout`` + :data:`TOTAL_GRACE`. Raises :class:`HttpError`
+    with the URL redacted.
     """
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise HttpError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
-    if not isinstance(total_timeout, (int, float)) or total_timeout <= 0:
+    if total_timeout is None:
+        total_timeout = timeout + TOTAL_GRACE
+    if isinstance(total_timeout, bool) or not isinstance(total_timeout, (int, float)) or not total_timeout > 0:
         raise HttpError(f"total_timeout: expected a number of seconds > 0, got {total_timeout!r}")
     drop = CREDENTIAL_HEADERS | {h.lower() for h in sensitive}
-    hdrs = {str(k): str(v) for k, v in (headers or {}).items()}
+    hdrs = checked_headers(headers or {})
     first = None
     watchdog = _Watchdog(total_timeout)
     context: ssl.SSLContext | None = None

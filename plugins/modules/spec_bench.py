@@ -99,10 +99,10 @@ options:
     description:
       - Seconds one request may take as a whole, headers and body included. Bounds a server that stalls
         mid-reply or drips its answer byte by byte, which O(timeout) alone never trips.
+      - Unset, it is O(timeout) plus 300 seconds (900 with the default O(timeout)).
       - A reply larger than 32 MiB is refused as well (far above any real reply); both end the bench
         like any other broken reply, keeping the requests measured before it.
     type: int
-    default: 900
   metrics:
     description:
       - Read C(/metrics) before and after every request. llama-server needs C(--metrics).
@@ -251,7 +251,7 @@ ARGUMENT_SPEC = dict(
     seed=dict(type="int", default=0),
     sizes=dict(type="dict", default={}),
     timeout=dict(type="int", default=600),
-    total_timeout=dict(type="int", default=900),
+    total_timeout=dict(type="int"),
     metrics=dict(type="bool", default=True),
     api_key=dict(type="str", no_log=True),
     validate_certs=dict(type="bool", default=True),

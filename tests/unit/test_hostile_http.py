@@ -325,3 +325,30 @@ def test_gguf_info_fails_cleanly_on_a_stalling_server(model: tuple[bytes, int],
     assert out["failed"] is True
     assert "stalled" in out["msg"] and SECRET not in out["msg"]
     assert isinstance(GGUFFetchError("x"), SpecdecError)
+
+
+def test_redact_text_cuts_the_query_of_a_bare_path() -> None:
+    # http.client quotes only the path of a bad request target
+    assert _http.redact_text("URL can't contain control characters. '/m.gguf?sig=abc\\n' (found at least ' ')") \
+        == "URL can't contain control characters. '/m.gguf?***' (found at least ' ')"
+
+
+@pytest.mark.parametrize("headers, words", [
+    ({"Authorization": f"Bearer {SECRET}\r\nX-Evil: 1"}, "the value of Authorization contains a line break"),
+    ({"Authorization": f"Bearer {SECRET}\u2019"}, "the value of Authorization has characters HTTP headers cannot"),
+    ({"Bad Name": SECRET}, "'Bad Name' is not a valid HTTP header name"),
+])
+def test_a_header_http_cannot_carry_is_refused_without_its_value(headers: dict, words: str) -> None:
+    with pytest.raises(GGUFFetchError) as err:
+        read_header("http://127.0.0.1:9/m.gguf", headers=headers)
+    assert words in str(err.value) and SECRET not in str(err.value)
+
+
+def test_total_timeout_defaults_to_timeout_plus_grace() -> None:
+    def script(req: Request, conn: socket.socket, server: RawServer) -> None:
+        conn.sendall(response("404 Not Found"))
+
+    with raw_server(script) as server:
+        reply = _http.request("GET", server.url + "/x", timeout=7)
+        reply.close()
+    assert reply._watchdog.seconds == 7 + _http.TOTAL_GRACE == 307
