@@ -561,7 +561,8 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
         requests.append(record)
     if rejected:
         notes.append(f"{len(rejected)} of {len(schedule)} measured replies were rejected (see rejected) and are "
-                     "not in requests: their numbers were not measurements (NaN, infinite or negative)")
+                     "not in requests: their numbers were not measurements (NaN, infinite or negative); "
+                     "their counters still count in metrics_total_delta")
     total = counter_delta(first, before, client.url("/metrics")) if first is not None else None
     if first is not None and not (first["exact"] and before["exact"]):
         notes.append("llama-server prints spec totals of 1e6 and more rounded to 6 digits: the per-request "

@@ -352,3 +352,11 @@ def test_total_timeout_defaults_to_timeout_plus_grace() -> None:
         reply = _http.request("GET", server.url + "/x", timeout=7)
         reply.close()
     assert reply._watchdog.seconds == 7 + _http.TOTAL_GRACE == 307
+
+
+def test_the_header_names_its_source_without_the_query(model: tuple[bytes, int]) -> None:
+    data, _ = model
+    with raw_server(_serve_ranges(data)) as server:
+        hdr = read_header(f"{server.url}/m.gguf?X-Amz-Signature={SECRET}", check_data=False)
+    assert server.requests[0].path == f"/m.gguf?X-Amz-Signature={SECRET}"  # the server still gets it
+    assert hdr.source == f"{server.url}/m.gguf?***"
