@@ -181,13 +181,18 @@ class HttpSource:
                                 total_timeout=self.total_timeout, validate_certs=self.validate_certs,
                                 use_proxy=True, sensitive=self.headers)
         except HttpError as exc:
-            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {exc}") from None
+            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {self._problem(exc)}") from None
+
+    def _problem(self, exc: HttpError) -> str:
+        """The error without a repeat of this URL (kept when a redirect made it another one)."""
+        text, prefix = str(exc), f"GET {self.name}: "
+        return text[len(prefix):] if text.startswith(prefix) else text
 
     def _body(self, reply: HttpReply, size: int, need: int) -> bytes:
         try:
             return reply.read_some(size, need)
         except HttpError as exc:
-            raise GGUFFetchError(f"{self.name}: reading the GGUF header failed: {exc}") from None
+            raise GGUFFetchError(f"{self.name}: reading the GGUF header failed: {self._problem(exc)}") from None
 
     def read(self, offset: int, size: int, need: int | None = None) -> bytes:
         """Up to ``size`` bytes from ``offset``; fewer only at the end of the file, or, when streaming a
