@@ -8,6 +8,7 @@ closes, every socket has a timeout, and everything is shut down on exit.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class RawServer:
 
     script: Callable[[Request, socket.socket, RawServer], None]
     max_connections: int = 200
+    tls: ssl.SSLContext | None = None  # serve https with this server-side context
     requests: list[Request] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -38,7 +40,7 @@ class RawServer:
         self._sock.listen(16)
         self._sock.settimeout(0.2)
         self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self._threads: list[threading.Thread] = []
         self._accepter = threading.Thread(target=self._accept, daemon=True)
         self._accepter.start()
@@ -58,11 +60,13 @@ class RawServer:
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(10)
         try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
             req = _read_request(conn)
             if req is not None:
                 self.requests.append(req)
                 self.script(req, conn, self)
-        except OSError:
+        except (OSError, ssl.SSLError):
             pass  # the client went away: what a hostile server does not care about
         finally:
             try:
@@ -107,6 +111,37 @@ def _read_request(conn: socket.socket) -> Request | None:
     return Request(method, path, headers, rest[:length])
 
 
+def self_signed_context(directory: str) -> ssl.SSLContext:
+    """A server-side TLS context with a fresh self-signed certificate for 127.0.0.1."""
+    import datetime
+    import ipaddress
+    import os
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    with open(cert_path, "wb") as fh:
+        fh.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as fh:
+        fh.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    return context
+
+
 def header_value(req: Request, name: str) -> str | None:
     """A request header by name, case-insensitively."""
     return next((v for k, v in req.headers.items() if k.lower() == name.lower()), None)
@@ -123,9 +158,9 @@ def response(status: str, body: bytes = b"", headers: dict[str, str] | None = No
 
 @contextmanager
 def raw_server(script: Callable[[Request, socket.socket, RawServer], None],
-               max_connections: int = 200) -> Iterator[RawServer]:
-    """Serve ``script`` on 127.0.0.1 for the length of the block."""
-    server = RawServer(script, max_connections)
+               max_connections: int = 200, tls: ssl.SSLContext | None = None) -> Iterator[RawServer]:
+    """Serve ``script`` on 127.0.0.1 for the length of the block (https with ``tls``)."""
+    server = RawServer(script, max_connections, tls)
     try:
         yield server
     finally:

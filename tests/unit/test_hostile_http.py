@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _http
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFFetchError, SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.modules import gguf_info
-from testbed.hostile_http import RawServer, Request, header_value, raw_server, response
+from testbed.hostile_http import RawServer, Request, header_value, raw_server, response, self_signed_context
 from testbed.server import free_port
 
 SECRET = "s3cr3t-Signature-0123456789"
@@ -360,3 +360,38 @@ def test_the_header_names_its_source_without_the_query(model: tuple[bytes, int])
         hdr = read_header(f"{server.url}/m.gguf?X-Amz-Signature={SECRET}", check_data=False)
     assert server.requests[0].path == f"/m.gguf?X-Amz-Signature={SECRET}"  # the server still gets it
     assert hdr.source == f"{server.url}/m.gguf?***"
+
+
+# --------------------------------------------------------------------------- https
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory):
+    return self_signed_context(str(tmp_path_factory.mktemp("tls")))
+
+
+def test_https_with_an_untrusted_certificate_names_the_fix(model: tuple[bytes, int], tls) -> None:
+    data, _ = model
+    with raw_server(_serve_ranges(data), tls=tls) as server:
+        assert server.url.startswith("https://")
+        with pytest.raises(GGUFFetchError, match=r"TLS failed .*CERTIFICATE_VERIFY_FAILED.*validate_certs=false"):
+            read_header(f"{server.url}/m.gguf")
+        hdr = read_header(f"{server.url}/m.gguf", validate_certs=False, check_data=False)
+    assert hdr.get("tokenizer.ggml.tokens").count == 5000
+
+
+def test_https_drip_is_cut_at_total_timeout(model: tuple[bytes, int], tls) -> None:
+    data, _ = model
+
+    def script(req: Request, conn: socket.socket, server: RawServer) -> None:
+        start, end = _range(req, len(data))
+        conn.sendall(response("206 Partial Content", b"", length=end - start + 1,
+                              headers={"Content-Range": f"bytes {start}-{end}/{len(data)}"}))
+        for byte in data[start:end + 1]:
+            conn.sendall(bytes([byte]))
+            if not server.sleep(0.05):
+                return
+
+    with raw_server(script, tls=tls) as server:
+        with pytest.raises(GGUFFetchError, match=r"no complete answer within total_timeout \(1 s; \d+ bytes"):
+            read_header(f"{server.url}/m.gguf", validate_certs=False, timeout=2, total_timeout=1, first_read=65536)
