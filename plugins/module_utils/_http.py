@@ -266,15 +266,24 @@ class HttpReply:
 # the request
 
 
-def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(scheme)
+def _basic(parts: urllib.parse.SplitResult) -> str | None:
+    """The Basic authorization of a URL's ``user:password@``, or None."""
+    if parts.username is None:
+        return None
+    userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii")
+
+
+def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None:
+    """(host, port, headers for the proxy) of the environment's proxy for ``scheme``, as urllib reads it."""
+    proxy = urllib.request.getproxies().get(scheme)
     if not proxy or urllib.request.proxy_bypass(host):
         return None
     if "://" not in proxy:
         proxy = "http://" + proxy
     _, phost, pport = origin(proxy)
-    return phost, pport
+    auth = _basic(urllib.parse.urlsplit(proxy))
+    return phost, pport, ({"Proxy-Authorization": auth} if auth else {})
 
 
 def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, data: bytes | None = None,
@@ -294,17 +303,26 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
         raise HttpError(f"total_timeout: expected a number of seconds > 0, got {total_timeout!r}")
     drop = CREDENTIAL_HEADERS | {h.lower() for h in sensitive}
     hdrs = checked_headers(headers or {})
+    try:
+        auth = _basic(urllib.parse.urlsplit(url))
+    except ValueError:
+        auth = None  # the loop below names the bad URL
+    if auth and not any(k.lower() == "authorization" for k in hdrs):
+        hdrs["Authorization"] = auth  # user:password@ of the URL, for its own origin only
     first = None
     watchdog = _Watchdog(total_timeout)
     context: ssl.SSLContext | None = None
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            parts = urllib.parse.urlsplit(url)
-            scheme = parts.scheme.lower()
             label = f"{method} {redact_url(url)}"
+            try:
+                parts = urllib.parse.urlsplit(url)
+                here = origin(url)  # reads the port: a bad one raises here
+            except ValueError as exc:
+                raise HttpError(f"{label}: not a valid URL ({redact_text(exc)}); check the host and port") from None
+            scheme = parts.scheme.lower()
             if scheme not in ("http", "https") or not parts.hostname:
                 raise HttpError(f"{label}: expected an http:// or https:// URL with a host")
-            here = origin(url)
             if first is None:
                 first = here
             elif here != first:
@@ -312,9 +330,6 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
                 hdrs = {k: v for k, v in hdrs.items() if k.lower() not in drop}
             send = dict(hdrs)
             send.setdefault("User-Agent", USER_AGENT)
-            if parts.username is not None and here == first and not any(k.lower() == "authorization" for k in send):
-                userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-                send["Authorization"] = "Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii")
             target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
             host, port = here[1], here[2]
             proxy = _proxy_for(scheme, host) if use_proxy else None
@@ -329,9 +344,10 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
                 conn = _connection("http", proxy[0], proxy[1], per_op, watchdog, None)
                 target = urllib.parse.urlunsplit(("http", parts.netloc.rpartition("@")[2], parts.path or "/",
                                                   parts.query, ""))
+                send.update(proxy[2])
             elif proxy:
                 conn = _connection("https", proxy[0], proxy[1], per_op, watchdog, context)
-                conn.set_tunnel(host, port)
+                conn.set_tunnel(host, port, headers=proxy[2])
             else:
                 conn = _connection(scheme, host, port, per_op, watchdog, context)
             resp = _send(conn, method, target, data, send, label, timeout, watchdog)

@@ -395,3 +395,25 @@ def test_https_drip_is_cut_at_total_timeout(model: tuple[bytes, int], tls) -> No
     with raw_server(script, tls=tls) as server:
         with pytest.raises(GGUFFetchError, match=r"no complete answer within total_timeout \(1 s; \d+ bytes"):
             read_header(f"{server.url}/m.gguf", validate_certs=False, timeout=2, total_timeout=1, first_read=65536)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:port/m.gguf", "http://[::1/m.gguf?sig=" + SECRET])
+def test_a_url_that_does_not_parse_is_named(url: str) -> None:
+    with pytest.raises(GGUFFetchError, match=r"not a valid URL .*check the host and port") as err:
+        read_header(url)
+    assert SECRET not in str(err.value)
+
+
+def test_the_environment_proxy_is_used_with_its_credentials(model: tuple[bytes, int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # the proxy is a loopback server; the origin behind it is never contacted
+    data, _ = model
+    with raw_server(_serve_ranges(data)) as proxy:
+        monkeypatch.setenv("http_proxy", proxy.url.replace("http://", "http://pu:pp@"))
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        read_header("http://models.invalid/m.gguf?sig=1", check_data=False)
+    first = proxy.requests[0]
+    assert first.path == "http://models.invalid/m.gguf?sig=1"
+    assert header_value(first, "Proxy-Authorization") == "Basic cHU6cHA="
+    assert header_value(first, "Host") == "models.invalid"
