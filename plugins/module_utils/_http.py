@@ -245,8 +245,8 @@ class HttpReply:
                 return body
             body += data
             if len(body) > cap:
-                raise HttpError(f"{self.label}: {what} is larger than {cap} bytes; this is not the reply of the "
-                                "server expected here (check the URL), or raise the limit")
+                raise HttpError(f"{self.label}: {what} is larger than {cap} bytes, more than any reply of the "
+                                "server expected here; check that the URL points at that server")
 
     def close(self) -> None:
         self._watchdog.cancel()
