@@ -19,7 +19,7 @@ options:
   allow_full_read:
     description:
       - When an HTTP server ignores Range requests, stream the response body anyway and stop
-        reading once the header is parsed. Without it such a server is an error.
+        reading as soon as the header's bytes have arrived. Without it such a server is an error.
     type: bool
     default: false
   validate_certs:
@@ -27,11 +27,28 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds to wait for each HTTP request.
+    description:
+      - Seconds to wait for each read from the socket of an HTTP request (connecting, the status line,
+        each piece of the body).
+      - A server that keeps sending a byte now and then never trips it; O(total_timeout) bounds that.
     type: int
     default: 30
+  total_timeout:
+    description:
+      - Seconds one HTTP request may take as a whole, redirects, headers and body included; past it the
+        connection is shut and the read fails with an error naming the URL.
+      - Bounds a server that stalls mid-body or drips its reply slowly. Raise it only for a very slow link
+        (each request fetches at most O(first_read) bytes).
+      - Unset, it is O(timeout) plus 300 seconds (330 with the default O(timeout)).
+    type: int
   url_headers:
-    description: Extra HTTP request headers, for example an C(Authorization) header.
+    description:
+      - Extra HTTP request headers, for example an C(Authorization) header.
+      - The values are secret (C(no_log)) and go only to the origin (scheme, host and port) of the URL;
+        on a redirect to another origin they are dropped, as are C(Authorization), C(Cookie) and
+        C(Proxy-Authorization).
+      - Messages and results show the URL without its query string and user info (a pre-signed URL's
+        query string is a credential).
     type: dict
     default: {}
 """

@@ -10,7 +10,9 @@ GGUF_READ_ARGS: dict[str, dict[str, Any]] = dict(
     allow_full_read=dict(type="bool", default=False),
     validate_certs=dict(type="bool", default=True),
     timeout=dict(type="int", default=30),
-    url_headers=dict(type="dict", default={}),
+    total_timeout=dict(type="int"),  # unset: timeout + 300
+    # headers carry tokens (Authorization): never echoed back in invocation.module_args or logs
+    url_headers=dict(type="dict", default={}, no_log=True),
 )
 
 
@@ -22,5 +24,6 @@ def gguf_read_options(params: dict[str, Any]) -> dict[str, Any]:
         allow_full_read=params["allow_full_read"],
         validate_certs=params["validate_certs"],
         timeout=params["timeout"],
+        total_timeout=params["total_timeout"],
         headers=params["url_headers"] or {},
     )

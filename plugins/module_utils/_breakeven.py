@@ -247,6 +247,8 @@ _DRAFTS = "spec_decode_num_drafts_total"
 _DRAFT_TOKENS = "spec_decode_num_draft_tokens_total"
 _ACCEPTED = "spec_decode_num_accepted_tokens_total"
 _PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
+# No drafter proposes this many tokens per round; a position label past it would only allocate a huge list.
+MAX_DRAFT_POSITIONS = 4096
 
 
 def _parse_labels(text: str, line_no: int) -> dict[str, str]:
@@ -324,6 +326,10 @@ def parse_spec_counters(text: str) -> dict[str, Any]:
             except (KeyError, ValueError):
                 raise BreakevenError(
                     f"/metrics: {name} sample without an integer position label: {labels}") from None
+            if not 0 <= pos < MAX_DRAFT_POSITIONS:
+                raise BreakevenError(
+                    f"/metrics: {name} has position {labels['position'][:40]}, outside 0..{MAX_DRAFT_POSITIONS - 1}; "
+                    "no draft is that long, so these are not a speculating server's metrics")
             per_pos[pos] = per_pos.get(pos, 0.0) + value
     exported = totals[_DRAFTS] is not None
     drafts = totals[_DRAFTS] or 0.0

@@ -24,14 +24,15 @@ includes the prompt's prefill; the record says which with ``rate_source``.
 from __future__ import annotations
 
 import json
-import socket
+import math
 import time
-import urllib.error
 import uuid
 from typing import Any, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import TOTAL_GRACE, HttpError, redact_url
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import (
     Prompt,
     build_shapes,
@@ -45,6 +46,7 @@ __all__ = [
     "ENGINES",
     "Endpoint",
     "EndpointError",
+    "RejectedReplyError",
     "counter_delta",
     "counters_from_metrics",
     "detect_server",
@@ -61,10 +63,27 @@ COUNTER_KEYS = ("drafts", "draft_tokens", "accepted_tokens")
 # llama-server prints its spec totals as C++ doubles with 6 significant digits: from 1e6 on they are rounded.
 _LLAMACPP_EXACT_BELOW = 1_000_000
 _BODY_START = 300
+# The largest reply read whole: far above any real /completion, /props or /metrics body, far below what
+# would hurt the host (a reply is held about twice: bytes, then parsed).
+MAX_REPLY_BYTES = 32 * 1024 * 1024
+_ERROR_BODY_BYTES = 64 * 1024  # of an error status's body only the start is shown
 
 
 class EndpointError(SpecdecError):
     """A request to the endpoint failed: unreachable, an error status, or a reply that is not what it should be."""
+
+
+class RejectedReplyError(EndpointError):
+    """One reply whose numbers cannot be measurements (NaN, infinite, negative): the bench sets that request
+    aside with the reason and goes on with the next."""
+
+
+def _loads(raw: bytes | bytearray) -> Any:
+    """json.loads that fails as ValueError on every bad body, nesting too deep for the parser included."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("the JSON is nested too deep to be a server's reply") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,14 +101,23 @@ def counters_from_metrics(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "engine": parsed["engine"],
         "exported": parsed["counters_exported"],
-        "drafts": round(parsed["drafts"]),
-        "draft_tokens": round(parsed["draft_tokens"]),
-        "accepted_tokens": round(parsed["accepted_tokens"]),
-        "accepted_per_pos": [round(v) for v in parsed["accepted_per_position"]],
+        "drafts": _counter(parsed["drafts"], "drafts"),
+        "draft_tokens": _counter(parsed["draft_tokens"], "draft tokens"),
+        "accepted_tokens": _counter(parsed["accepted_tokens"], "accepted tokens"),
+        "accepted_per_pos": [_counter(v, f"accepted tokens at position {i}")
+                             for i, v in enumerate(parsed["accepted_per_position"])],
     }
     out["exact"] = not (parsed["engine"] == "llama.cpp"
                         and max(out[k] for k in COUNTER_KEYS) >= _LLAMACPP_EXACT_BELOW)
     return out
+
+
+def _counter(value: float, what: str) -> int:
+    """A counter's value as a whole number; NaN, infinite or negative is not a counter."""
+    if not math.isfinite(value) or value < 0:
+        raise EndpointError(f"/metrics: the speculation counter of {what} is {value!r}, not a count; "
+                            "the server's metrics are broken (restart it, or set metrics: false)")
+    return round(value)
 
 
 def counter_delta(before: Mapping[str, Any], after: Mapping[str, Any], where: str = "/metrics") -> dict[str, Any]:
@@ -109,9 +137,12 @@ def counter_delta(before: Mapping[str, Any], after: Mapping[str, Any], where: st
     return delta
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: Any, name: str = "a count") -> int | None:
+    """A count from a reply: None where it is absent or not a number; NaN, infinite or negative is refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if not math.isfinite(value) or value < 0:
+        raise RejectedReplyError(f"{name} is {value!r}, not a count")
     return int(value)
 
 
@@ -147,22 +178,29 @@ def parse_reply(reply: Any, api: str, wall_s: float) -> dict[str, Any]:
     text, used_reasoning = _text_of(reply, api)
     timings = reply.get("timings") if isinstance(reply.get("timings"), Mapping) else None
     usage = reply.get("usage") if isinstance(reply.get("usage"), Mapping) else {}
-    predicted_n = _int_or_none(timings.get("predicted_n")) if timings else None
+    predicted_n = _int_or_none(timings.get("predicted_n"), "timings.predicted_n") if timings else None
     if predicted_n is None:
-        predicted_n = _int_or_none(usage.get("completion_tokens"))
+        predicted_n = _int_or_none(usage.get("completion_tokens"), "usage.completion_tokens")
     if predicted_n is None:
-        predicted_n = _int_or_none(reply.get("tokens_predicted"))
+        predicted_n = _int_or_none(reply.get("tokens_predicted"), "tokens_predicted")
     if predicted_n is None:
         raise ValueError("the reply says nothing of how many tokens it generated "
                          "(no timings.predicted_n, usage.completion_tokens or tokens_predicted)")
     if timings and isinstance(timings.get("predicted_per_second"), (int, float)):
         rate: float | None = float(timings["predicted_per_second"])
+        if not math.isfinite(rate) or rate < 0:
+            raise RejectedReplyError(f"timings.predicted_per_second is {rate!r}, not a rate")
         rate_source = "timings.predicted_per_second"
-        prompt_n = _int_or_none(timings.get("prompt_n"))
+        prompt_n = _int_or_none(timings.get("prompt_n"), "timings.prompt_n")
     else:
         rate = predicted_n / wall_s if wall_s > 0 and predicted_n > 0 else None
         rate_source = "usage.completion_tokens / wall_s (includes prefill)"
-        prompt_n = _int_or_none(usage.get("prompt_tokens"))
+        prompt_n = _int_or_none(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    draft_n = (_int_or_none(timings.get("draft_n"), "timings.draft_n") or 0) if timings else 0
+    draft_n_accepted = (_int_or_none(timings.get("draft_n_accepted"), "timings.draft_n_accepted") or 0) if timings else 0
+    if draft_n_accepted > draft_n:
+        raise RejectedReplyError(f"timings.draft_n_accepted ({draft_n_accepted}) is more than timings.draft_n "
+                                 f"({draft_n}): more tokens accepted than drafted")
     return {
         "text": text,
         "empty": text == "",
@@ -171,8 +209,8 @@ def parse_reply(reply: Any, api: str, wall_s: float) -> dict[str, Any]:
         "prompt_n": prompt_n,
         "predicted_per_second": rate,
         "rate_source": rate_source,
-        "draft_n": (_int_or_none(timings.get("draft_n")) or 0) if timings else 0,
-        "draft_n_accepted": (_int_or_none(timings.get("draft_n_accepted")) or 0) if timings else 0,
+        "draft_n": draft_n,
+        "draft_n_accepted": draft_n_accepted,
         "wall_s": wall_s,
     }
 
@@ -211,27 +249,38 @@ class BenchInterruptedError(EndpointError):
 
 
 class Endpoint:
-    """One server by its base URL. Requests go through ansible.module_utils.urls.open_url, no proxy."""
+    """One server by its base URL. Requests go through the collection's bounded HTTP client (``_http``), no
+    proxy: ``timeout`` bounds each wait on the socket, ``total_timeout`` a whole request, and a reply past
+    :data:`MAX_REPLY_BYTES` is refused. Messages name the URL without query string or user info."""
 
     def __init__(self, base_url: str, *, timeout: float = 600, validate_certs: bool = True,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, total_timeout: float | None = None,
+                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise EndpointError(f"endpoint: expected an http:// or https:// base URL, got {base_url!r}")
+            raise EndpointError(f"endpoint: expected an http:// or https:// base URL, got {redact_url(base_url)!r}")
+        if total_timeout is None:
+            total_timeout = timeout + TOTAL_GRACE if isinstance(timeout, (int, float)) else timeout
+        for name, value in (("timeout", timeout), ("total_timeout", total_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise EndpointError(f"{name}: expected a number of seconds > 0, got {value!r}")
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  # what messages and the bench show
         self.timeout = timeout
+        self.total_timeout = total_timeout
+        self.max_reply_bytes = max_reply_bytes
         self.validate_certs = validate_certs
         self.api_key = api_key
         self._salt = uuid.uuid4().hex
         self._sent = 0
 
     def url(self, path: str) -> str:
-        return self.base_url + path
+        """The redacted URL of ``path``, for messages."""
+        return self.shown_url + path
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        """(status, raw body); an error status is returned, an unreachable server raises EndpointError."""
-        from ansible.module_utils.urls import open_url  # the import costs; only callers that talk pay it
-
-        url = self.url(path)
+        """(status, raw body); an error status is returned, an unreachable server, a broken reply, one past
+        the deadline or the size cap raise EndpointError."""
+        url = self.base_url + path
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
@@ -240,26 +289,15 @@ class Endpoint:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            resp = open_url(url, data=data, headers=headers, method=method, use_proxy=False,
-                            timeout=self.timeout, validate_certs=self.validate_certs, use_netrc=False)
-            with resp:
-                return resp.getcode(), resp.read()
-        except urllib.error.HTTPError as err:
-            try:
-                raw = err.read()
-            except Exception:  # a body that cannot be read is reported as empty
-                raw = b""
-            return err.code, raw
-        except (socket.timeout, TimeoutError):
-            raise EndpointError(f"{method} {url}: no answer within {self.timeout} s; "
-                                "raise timeout, or lower sizes.<shape>.n_predict") from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            reason = getattr(err, "reason", err)
-            if isinstance(reason, (socket.timeout, TimeoutError)):  # a connect that timed out
-                raise EndpointError(f"{method} {url}: no connection within {self.timeout} s ({reason}); "
-                                    "is the host reachable and is endpoint right?") from None
-            raise EndpointError(f"{method} {url}: cannot reach the server ({reason}); "
-                                "is it running and is endpoint right?") from None
+            with http_request(method, url, headers=headers, data=data, timeout=self.timeout,
+                              total_timeout=self.total_timeout, validate_certs=self.validate_certs) as reply:
+                if reply.status == 200:
+                    return reply.status, bytes(reply.read_all(self.max_reply_bytes))
+                # of an error status only the start is shown: no need to wait for the rest
+                return reply.status, reply.read_some(_ERROR_BODY_BYTES, _ERROR_BODY_BYTES)
+        except HttpError as exc:
+            hint = " (raise timeout, or lower sizes.<shape>.n_predict)" if exc.timed_out else ""
+            raise EndpointError(f"{exc}{hint}") from None
 
     def _json(self, method: str, path: str, body: Any = None, ok_missing: bool = False) -> Any:
         status, raw = self.request(method, path, body)
@@ -268,7 +306,7 @@ class Endpoint:
         if status != 200:
             raise EndpointError(f"{method} {self.url(path)}: HTTP {status}: {_start(raw)}")
         try:
-            return json.loads(raw.decode("utf-8"))
+            return _loads(raw)
         except ValueError:
             raise EndpointError(f"{method} {self.url(path)}: HTTP 200 but the body is not JSON: {_start(raw)}") from None
 
@@ -279,7 +317,7 @@ class Endpoint:
             raise EndpointError(f"GET {self.url('/health')}: HTTP {status}: {_start(raw)}; "
                                 "the server is not ready (still loading, or failing)")
         try:
-            body = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+            body = _loads(raw) if raw.strip() else {}
         except ValueError:
             body = {"text": _start(raw)}
         return body if isinstance(body, dict) else {"body": body}
@@ -346,11 +384,13 @@ class Endpoint:
                 hint = "; only llama-server has the native /completion: set api: openai for vLLM"
             raise EndpointError(f"POST {url}: HTTP {status}: {_start(raw)}{hint}")
         try:
-            reply = json.loads(raw.decode("utf-8"))
+            reply = _loads(raw)
         except ValueError:
             raise EndpointError(f"POST {url}: HTTP 200 but the body is not JSON: {_start(raw)}") from None
         try:
             return parse_reply(reply, api, wall_s)
+        except RejectedReplyError as exc:
+            raise RejectedReplyError(f"POST {url}: {exc}") from None
         except ValueError as exc:
             raise EndpointError(f"POST {url}: {exc}: {_start(raw)}") from None
 
@@ -362,7 +402,7 @@ def _start(raw: bytes) -> str:
         return "(empty body)"
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):
         error = body.get("error")
@@ -384,7 +424,7 @@ def detect_server(client: Endpoint, engine: str = "auto") -> dict[str, Any]:
     found = "llamacpp" if props is not None else engine_from_models(models)
     if engine == "auto":
         if found is None:
-            raise EndpointError(f"{client.base_url}: cannot tell llama-server from vLLM (no /props, "
+            raise EndpointError(f"{client.shown_url}: cannot tell llama-server from vLLM (no /props, "
                                 "/v1/models names no owner); set engine: llamacpp or engine: vllm")
         engine = found
     elif engine not in ENGINES:
@@ -434,21 +474,26 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
               sizes: Mapping[str, Any] | None = None, timeout: float = 600, metrics: bool = True,
               validate_certs: bool = True, engine: str = "auto", model: str | None = None,
               api_key: str | None = None, reuse_prompts: bool = False,
-              client: Endpoint | None = None) -> dict[str, Any]:
+              total_timeout: float | None = None, client: Endpoint | None = None) -> dict[str, Any]:
     """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
     :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
     measurement contract. Changes nothing on the server but its counters and caches.
+
+    A reply whose numbers cannot be measurements (NaN, infinite or negative) is set aside in
+    ``rejected`` with the reason and the bench goes on; any other failure once measuring began raises
+    :class:`BenchInterruptedError` carrying the requests measured before it.
     """
     if api not in APIS:
         raise EndpointError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
     warm, schedule, measured = plan_requests(seed, sizes, shapes, prompts_per_shape, repeats, warmup,
                                              reuse_prompts)
     started = time.perf_counter()
-    client = client or Endpoint(endpoint, timeout=timeout, validate_certs=validate_certs, api_key=api_key)
+    client = client or Endpoint(endpoint, timeout=timeout, validate_certs=validate_certs, api_key=api_key,
+                                total_timeout=total_timeout)
     client.health()
     server = detect_server(client, engine)
     if api == "llamacpp" and server["engine"] != "llamacpp":
-        raise EndpointError(f"api: llamacpp needs llama-server's native /completion, but {client.base_url} "
+        raise EndpointError(f"api: llamacpp needs llama-server's native /completion, but {client.shown_url} "
                             "is vLLM; set api: openai")
     model = model or server["model"]
     notes: list[str] = []
@@ -459,23 +504,28 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
     if metrics:
         client.spec_counters()  # fail before the warm-up when /metrics cannot be read
     for prompt in warm:
-        client.complete(prompt, api, server["engine"], model)
+        try:
+            client.complete(prompt, api, server["engine"], model)
+        except RejectedReplyError:
+            pass  # warm-up replies are discarded anyway; a broken server shows in the measured ones
 
     before = client.spec_counters() if metrics else None
     first = before
     if before is not None and not before["exported"] and server["engine"] == "vllm":
         notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
     requests: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
 
     def document(total: dict[str, Any] | None) -> dict[str, Any]:
         return {
             "schema": BENCH_SCHEMA,
-            "endpoint": client.base_url,
+            "endpoint": client.shown_url,
             "api": api,
             "server": server,
             "shapes": {shape: summarize(prompts) for shape, prompts in measured.items()},
             "warmup": len(warm),
             "requests": requests,
+            "rejected": rejected,
             "metrics_total_delta": total,
             "notes": notes,
             "elapsed_s": round(time.perf_counter() - started, 3),
@@ -485,19 +535,34 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
         record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat,
                                   "prompt_sha256": prompt.sha256}
         try:
-            record.update(client.complete(prompt, api, server["engine"], model))
+            try:
+                record.update(client.complete(prompt, api, server["engine"], model))
+                reason = None
+            except RejectedReplyError as exc:
+                reason = str(exc)
             if before is not None:
+                # read even after a rejected reply, so that the next request's delta is its own
                 after = client.spec_counters()
                 record["metrics_delta"] = counter_delta(before, after, client.url("/metrics"))
                 before = after
             else:
                 record["metrics_delta"] = None
-        except SpecdecError as exc:
+        except Exception as exc:  # whatever broke, the requests measured so far are kept
+            cause = exc if isinstance(exc, SpecdecError) else EndpointError(
+                f"{client.shown_url}: unexpected {type(exc).__name__} while measuring: {exc}")
             # The server died or broke mid-measurement: what was measured before it is kept.
-            notes.append(f"stopped after {len(requests)} of {len(schedule)} measured requests: {exc}")
-            raise BenchInterruptedError(f"{exc} (after {len(requests)} of {len(schedule)} measured requests; "
-                                        "those are returned in bench)", document(None), exc) from None
+            notes.append(f"stopped after {len(requests)} of {len(schedule)} measured requests: {cause}")
+            raise BenchInterruptedError(f"{cause} (after {len(requests)} of {len(schedule)} measured requests; "
+                                        "those are returned in bench)", document(None), cause) from None
+        if reason is not None:
+            rejected.append({**{key: record[key] for key in ("shape", "prompt_index", "repeat", "prompt_sha256",
+                                                          "metrics_delta")}, "reason": reason})
+            continue
         requests.append(record)
+    if rejected:
+        notes.append(f"{len(rejected)} of {len(schedule)} measured replies were rejected (see rejected) and are "
+                     "not in requests: their numbers were not measurements (NaN, infinite or negative); "
+                     "their counters still count in metrics_total_delta")
     total = counter_delta(first, before, client.url("/metrics")) if first is not None else None
     if first is not None and not (first["exact"] and before["exact"]):
         notes.append("llama-server prints spec totals of 1e6 and more rounded to 6 digits: the per-request "

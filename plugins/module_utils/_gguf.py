@@ -19,6 +19,8 @@ from enum import IntEnum
 from typing import Any, Iterator
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, GGUFFetchError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, HttpReply, redact_text, redact_url
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -127,7 +129,7 @@ class FileSource:
             raise GGUFError(path, None, f"cannot open the file ({exc.strerror}); check the path") from None
         self.size: int | None = os.fstat(self._fh.fileno()).st_size
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int, need: int | None = None) -> bytes:
         self._fh.seek(offset)
         data = self._fh.read(size)
         self.requests += 1
@@ -142,10 +144,11 @@ _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
 
 class HttpSource:
-    """Reads by HTTP Range requests through ansible.module_utils.urls.
+    """Reads by HTTP Range requests through the collection's bounded HTTP client (``_http``).
 
     A server that ignores Range (answers 200) is an error unless ``allow_full_read``: then the body
-    is streamed and read only as far as the header needs.
+    is streamed and read only as far as the header needs. Every failure, the body's included, is a
+    :class:`GGUFFetchError` whose message names the URL without its query string or credentials.
     """
 
     def __init__(
@@ -155,71 +158,81 @@ class HttpSource:
         allow_full_read: bool = False,
         validate_certs: bool = True,
         timeout: float = 30,
+        total_timeout: float | None = None,  # None: timeout + _http.TOTAL_GRACE
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.name = url
+        self.url = url
+        self.name = redact_url(url)  # what every message and result shows: no pre-signed query
         self.allow_full_read = allow_full_read
         self.validate_certs = validate_certs
         self.timeout = timeout
+        self.total_timeout = total_timeout
         self.headers = dict(headers or {})
         self.requests = 0
         self.bytes_read = 0
         self.size: int | None = None
-        self._stream: Any = None  # an open 200 response being streamed (full-read mode)
+        self._stream: HttpReply | None = None  # an open 200 response being streamed (full-read mode)
         self._stream_pos = 0
 
-    def _open(self, headers: dict[str, str]) -> Any:
-        from ansible.module_utils.urls import open_url  # only HTTP callers pay the import
-
+    def _open(self, headers: dict[str, str]) -> HttpReply:
         try:
-            import urllib.error
+            # the caller's own headers are credentials for this origin only: dropped on a redirect elsewhere
+            return http_request("GET", self.url, headers=headers, timeout=self.timeout,
+                                total_timeout=self.total_timeout, validate_certs=self.validate_certs,
+                                use_proxy=True, sensitive=self.headers)
+        except HttpError as exc:
+            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {self._problem(exc)}") from None
 
-            try:
-                return open_url(
-                    self.name,
-                    headers=headers,
-                    validate_certs=self.validate_certs,
-                    timeout=self.timeout,
-                    follow_redirects="all",
-                )
-            except urllib.error.HTTPError as exc:
-                return exc
-        except Exception as exc:  # network errors of every kind end here, named
-            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {exc}") from None
+    def _problem(self, exc: HttpError) -> str:
+        """The error without a repeat of this URL (kept when a redirect made it another one)."""
+        text, prefix = str(exc), f"GET {self.name}: "
+        return text[len(prefix):] if text.startswith(prefix) else text
 
-    def read(self, offset: int, size: int) -> bytes:
+    def _body(self, reply: HttpReply, size: int, need: int) -> bytes:
+        try:
+            return reply.read_some(size, need)
+        except HttpError as exc:
+            raise GGUFFetchError(f"{self.name}: reading the GGUF header failed: {self._problem(exc)}") from None
+
+    def read(self, offset: int, size: int, need: int | None = None) -> bytes:
+        """Up to ``size`` bytes from ``offset``; fewer only at the end of the file, or, when streaming a
+        full body, once ``need`` bytes have arrived (so a complete header is not held up by a slow rest)."""
+        need = size if need is None else min(need, size)
         if self._stream is not None:
-            return self._read_stream(offset, size)
+            return self._read_stream(offset, size, need)
         headers = dict(self.headers)
         headers["Range"] = f"bytes={offset}-{offset + size - 1}"
         resp = self._open(headers)
         self.requests += 1
-        status = getattr(resp, "status", None) or resp.getcode()
+        try:
+            return self._answer(resp, offset, size, need)
+        finally:
+            if resp is not self._stream:
+                resp.close()
+
+    def _answer(self, resp: HttpReply, offset: int, size: int, need: int) -> bytes:
+        status = resp.status
         if status == 416:
             # The start lies beyond the end: nothing more to read (the caller reports truncation).
             total = _content_range_total(resp.headers.get("Content-Range", ""))
             if total is not None:
                 self.size = total
-            resp.close()
             return b""
         if status == 206:
             crange = resp.headers.get("Content-Range", "")
             m = _CONTENT_RANGE.match(crange)
             if not m or int(m.group(1)) != offset:
-                resp.close()
                 raise GGUFFetchError(
-                    f"{self.name}: the server answered a range request with Content-Range {crange!r}, "
+                    f"{self.name}: the server answered a range request with Content-Range {crange[:120]!r}, "
                     f"not one starting at byte {offset}; it does not serve byte ranges correctly"
                 )
             if m.group(3) != "*":
                 self.size = int(m.group(3))
-            data = resp.read(size)
-            resp.close()
+            data = self._body(resp, size, size)
             self.bytes_read += len(data)
             return data
         if status == 200:
             if not self.allow_full_read:
-                resp.close()
                 raise GGUFFetchError(
                     f"{self.name}: the server does not support HTTP range requests (it answered 200 to "
                     "a Range request), so reading the header would mean downloading the whole file; "
@@ -231,21 +244,22 @@ class HttpSource:
                 self.size = int(length)
             self._stream = resp
             self._stream_pos = 0
-            return self._read_stream(offset, size)
+            return self._read_stream(offset, size, need)
         body = b""
         try:
-            body = resp.read(200)
-        except Exception:
-            pass
+            body = resp.read_some(200)
+        except HttpError:
+            pass  # the status says enough
         raise GGUFFetchError(
             f"{self.name}: HTTP {status} when reading the GGUF header"
-            + (f": {body.decode('utf-8', 'replace').strip()}" if body else "")
+            + (f": {redact_text(body.decode('utf-8', 'replace').strip())}" if body else "")
         )
 
-    def _read_stream(self, offset: int, size: int) -> bytes:
+    def _read_stream(self, offset: int, size: int, need: int) -> bytes:
         if offset != self._stream_pos:
             raise GGUFFetchError(f"{self.name}: internal error: non-sequential read of a streamed body")
-        data = self._stream.read(size)
+        assert self._stream is not None
+        data = self._body(self._stream, size, need)
         self._stream_pos += len(data)
         self.bytes_read += len(data)
         return data
@@ -461,7 +475,7 @@ class _Buffer:
         if size is not None:
             want = min(want, size)
         want = min(want, self.max_bytes)
-        chunk = self.source.read(have, want - have)
+        chunk = self.source.read(have, want - have, end - have)
         self.data += chunk
         if len(self.data) < end:
             self._check_room(end, at)  # the source may only now have told us its size

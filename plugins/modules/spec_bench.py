@@ -90,9 +90,19 @@ options:
     type: dict
     default: {}
   timeout:
-    description: Seconds to wait for one request.
+    description:
+      - Seconds to wait on the socket for each part of a request's answer (llama-server answers a
+        non-streamed request all at once, so for a healthy server this is the time to generate it).
     type: int
     default: 600
+  total_timeout:
+    description:
+      - Seconds one request may take as a whole, headers and body included. Bounds a server that stalls
+        mid-reply or drips its answer byte by byte, which O(timeout) alone never trips.
+      - Unset, it is O(timeout) plus 300 seconds (900 with the default O(timeout)).
+      - A reply larger than 32 MiB is refused as well (far above any real reply); both end the bench
+        like any other broken reply, keeping the requests measured before it.
+    type: int
   metrics:
     description:
       - Read C(/metrics) before and after every request. llama-server needs C(--metrics).
@@ -100,7 +110,9 @@ options:
     type: bool
     default: true
   api_key:
-    description: Bearer token for a server started with an API key.
+    description:
+      - Bearer token for a server started with an API key.
+      - Sent only to the origin of O(endpoint); a redirect to another scheme, host or port goes without it.
     type: str
   validate_certs:
     description: Verify TLS certificates for an https O(endpoint).
@@ -196,6 +208,16 @@ bench:
            used_reasoning_content: false, predicted_n: 160, prompt_n: 606, predicted_per_second: 1837.2,
            rate_source: timings.predicted_per_second, draft_n: 123, draft_n_accepted: 117, wall_s: 0.09,
            metrics_delta: {drafts: 41, draft_tokens: 123, accepted_tokens: 117, accepted_per_pos: [40, 39, 38]}}
+    rejected:
+      description:
+        - Measured requests whose reply carried a NaN, infinite or negative rate or count (or more accepted
+          than drafted tokens), set aside so the report never reads them. Each has C(shape), C(prompt_index),
+          C(repeat), C(prompt_sha256), C(metrics_delta) and the C(reason). Empty for a healthy server.
+      type: list
+      elements: dict
+      sample:
+        - {shape: echo, prompt_index: 1, repeat: 1, prompt_sha256: 9f2c..., metrics_delta: null,
+           reason: "POST http://127.0.0.1:8080/completion: timings.predicted_per_second is nan, not a rate"}
     metrics_total_delta:
       description: The counter deltas over all measured requests (warm-up excluded), null with O(metrics=false).
       type: dict
@@ -229,6 +251,7 @@ ARGUMENT_SPEC = dict(
     seed=dict(type="int", default=0),
     sizes=dict(type="dict", default={}),
     timeout=dict(type="int", default=600),
+    total_timeout=dict(type="int"),
     metrics=dict(type="bool", default=True),
     api_key=dict(type="str", no_log=True),
     validate_certs=dict(type="bool", default=True),
