@@ -82,7 +82,7 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds to wait for O(endpoint).
+    description: Seconds for the whole C(/metrics) request to O(endpoint), connection and body included; a server that stalls or drips is cut off then.
     type: int
     default: 10
 extends_documentation_fragment:
@@ -170,7 +170,6 @@ breakeven:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import fetch_url
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import (
     SPEC_TYPES,
@@ -179,7 +178,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import
     metrics_url,
     parse_spec_counters,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import MAX_REPLY_BYTES as METRICS_CAP
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request
 
 ARGUMENT_SPEC = dict(
     t_s=dict(type="float"),
@@ -206,13 +207,17 @@ def read_counters(module: AnsibleModule) -> tuple[dict | None, str]:
 
 
 def fetch_metrics(module: AnsibleModule, url: str) -> str:
-    """The text of ``url``; a failed request is a BreakevenError naming the endpoint."""
-    resp, info = fetch_url(module, url, timeout=module.params["timeout"], method="GET")
-    if info.get("status") != 200 or resp is None:
-        hint = " (llama-server serves /metrics only when started with --metrics)" if info.get("status") == 501 else ""
-        raise BreakevenError(
-            f"endpoint: GET {url} failed: HTTP {info.get('status')} {info.get('msg', '')}{hint}")
-    return resp.read().decode("utf-8", errors="replace")
+    """The text of ``url``, read through the collection's bounded client (a total deadline, a body cap, the URL
+    redacted in messages); a failed request is a BreakevenError naming the endpoint."""
+    reply = request("GET", url, timeout=module.params["timeout"], total_timeout=module.params["timeout"],
+                    validate_certs=module.params["validate_certs"])
+    try:
+        if reply.status != 200:
+            hint = " (llama-server serves /metrics only when started with --metrics)" if reply.status == 501 else ""
+            raise BreakevenError(f"endpoint: {reply.label} failed: HTTP {reply.status} {reply.reason}{hint}")
+        return bytes(reply.read_all(METRICS_CAP, "/metrics")).decode("utf-8", errors="replace")
+    finally:
+        reply.close()
 
 
 def main() -> None:
