@@ -19,7 +19,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab i
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_facts
 
-__all__ = ["VOCAB_TYPES", "are_compatible", "compat_report", "first_token_mismatch", "vocab_params"]
+__all__ = ["VOCAB_TYPES", "are_compatible", "compare_vocabs", "compat_report", "first_token_mismatch", "vocab_params"]
 
 # common/speculative.cpp
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -91,7 +91,11 @@ def are_compatible(target: GGUFHeader, draft: GGUFHeader) -> dict[str, Any]:
     and ``first_mismatch`` the first differing token text from id 5 on. A side llama.cpp will not
     load at all makes the pair incompatible with that as the reason, and ``server_outcome`` says
     what llama-server then does."""
-    tp, dp = load_vocab(target), load_vocab(draft)
+    return compare_vocabs(load_vocab(target), load_vocab(draft))
+
+
+def compare_vocabs(tp: dict[str, Any], dp: dict[str, Any]) -> dict[str, Any]:
+    """are_compatible() on two ``load_vocab`` results (texts kept): for comparing many pairs."""
     reasons: list[str] = []
     outcome = None
     for side, what, p in (("target", "model", tp), ("draft", "draft model", dp)):

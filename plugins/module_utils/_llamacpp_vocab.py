@@ -151,6 +151,7 @@ def _load(hdr: GGUFHeader, out: dict[str, Any], keep_texts: bool) -> None:
         _check_charsmap(hdr)
     if model == "gemma4":
         pre = "gemma4"  # the loader overrides whatever the header says
+        out["pre"] = pre
     add_bos, add_eos = _TYPE_ADD.get(vtype, (False, False))
     if vtype == "BPE":
         if pre and pre not in KNOWN_PRE:
