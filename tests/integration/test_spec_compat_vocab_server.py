@@ -230,3 +230,19 @@ def test_variant_agrees_with_the_server(case: str, base_kvs: Any, tmp_path: Path
         assert report["reasons"][0].startswith(f"{side}: will not load: ")
     if outcome == "aborts-at-start":
         assert "GGML_ASSERT" in log
+
+
+@pytest.mark.parametrize(("n_vocab", "expected"), [(5, "speculates"), (300, "aborts-at-start")])
+def test_tokenizer_model_none_agrees_with_the_server(n_vocab: int, expected: str, base_kvs: Any,
+                                                     tmp_path: Path) -> None:
+    """Model 'none' reads <arch>.vocab_size, not the token list, and never add_bos; with more than 5
+    dummy tokens the draft-simple text comparison hits GGML_ASSERT(type != NONE)."""
+    none = {"tokenizer.ggml.model": _str("none")}
+    with_list = variant(base_kvs, replace={**none, "tokenizer.ggml.add_bos_token": (V.BOOL, True, None)})
+    target = write_vocab_model(tmp_path / "target.gguf", with_list, n_vocab=n_vocab, vocab_size_key=n_vocab)
+    draft = write_vocab_model(tmp_path / "draft.gguf", none, n_vocab=n_vocab, vocab_size_key=n_vocab)
+    report = compat_report(_header(target), _header(draft))
+    assert report["server_outcome"] == expected, report["reasons"]
+    assert report["target"]["vocab"]["n_tokens"] == n_vocab and report["target"]["vocab"]["add_bos"] is False
+    outcome, log = server_outcome(target, draft, tmp_path / "logs")
+    assert outcome == expected, log[-3000:]
