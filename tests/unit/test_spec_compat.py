@@ -182,8 +182,8 @@ def test_token_text_is_cut_at_nul(tmp_path: Path) -> None:
 def test_hybriddna_kmer_marker_is_stripped(tmp_path: Path) -> None:
     # stripped only after <oov>, and only from a text longer than the marker
     head = [f"<c{i}>" for i in range(10)] + ["m\ue000", "<oov>"]
-    dna = head + ["ACG\ue000", "TTA\ue000", "\ue000"]
-    plain = head + ["ACG", "TTA", "\ue000"]
+    dna = [*head, "ACG\ue000", "TTA\ue000", "\ue000"]
+    plain = [*head, "ACG", "TTA", "\ue000"]
     r = are_compatible(_hdr(tmp_path, "dna", model="hybriddna", pre=None, tokens=dna),
                        _hdr(tmp_path, "plain", pre=None, tokens=plain))
     assert r["compatible"], r["reasons"]
