@@ -12,7 +12,9 @@ llama-server); where it is absent these tests are skipped with that reason, neve
 """
 from __future__ import annotations
 
+import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import 
     compat_report,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import load_vocab
-from testbed.server import LlamaServer
+from testbed.server import LlamaServer, LlamaServerError
 from testbed.vocab_models import (
     MAX_VOCAB_HEADER,
     general_name,
@@ -45,6 +47,7 @@ NAMES = [p.name.removeprefix("ggml-vocab-").removesuffix(".gguf") for p in vocab
 # fit off and no warm-up: the start-up is what is asked about, and these models are 16 wide
 ARGS = ("--spec-type", "draft-simple", "-fit", "off", "--no-warmup")
 V = gguf.GGUFValueType
+WORKERS = max(1, min(4, int(os.environ.get("LLMFLEET_TEST_WORKERS") or os.cpu_count() or 1)))
 
 
 def _header(path: Path) -> GGUFHeader:
@@ -72,21 +75,25 @@ def verdicts(loaded: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[st
 
 def server_outcome(target: Path, draft: Path, tmp_path: Path) -> tuple[str, str]:
     """What llama-server does with the pair: (outcome, log), outcome as spec_compat names it."""
-    server = LlamaServer(target, draft=draft, args=ARGS, log_dir=tmp_path, ctx_size=256)
-    server.start(wait=False)
-    try:
+    for _attempt in range(3):
+        server = LlamaServer(target, draft=draft, args=ARGS, log_dir=tmp_path, ctx_size=256)
+        server.start(wait=False)
         try:
-            server.wait_healthy(timeout=120)
-        except Exception:
-            code = server.wait_exit(timeout=30)
+            try:
+                server.wait_healthy(timeout=300)
+            except LlamaServerError:
+                code = server.wait_exit(timeout=30)
+                log = server.log_text()
+                if "couldn't bind HTTP server socket" in log:
+                    continue  # another test's server took the free port first: not an answer
+                return ("aborts-at-start" if code == -signal.SIGABRT else "refuses-to-start"), log
+            speculative = [s.get("speculative") for s in server.slots()]
             log = server.log_text()
-            return ("aborts-at-start" if code == -signal.SIGABRT else "refuses-to-start"), log
-        speculative = [s.get("speculative") for s in server.slots()]
-        log = server.log_text()
-    finally:
-        server.stop()
-    assert speculative in ([True], [False]), log[-2000:]
-    return ("speculates" if speculative == [True] else "serves-without-speculation"), log
+        finally:
+            server.stop()
+        assert speculative in ([True], [False]), log[-2000:]
+        return ("speculates" if speculative == [True] else "serves-without-speculation"), log
+    raise AssertionError(f"no free port for llama-server after 3 tries; last log:\n{log[-2000:]}")
 
 
 def test_the_vocabulary_files_are_all_there() -> None:
@@ -104,14 +111,33 @@ def test_are_compatible_is_load_then_compare(wrapped: dict[str, Path], verdicts:
         assert are_compatible(_header(wrapped[t]), _header(wrapped[d])) == verdicts[(t, d)]
 
 
+@pytest.fixture(scope="module")
+def server_outcomes(wrapped: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+                    ) -> dict[tuple[str, str], tuple[str, bool, str]]:
+    """llama-server's outcome for every ordered pair: (outcome, logged the vocab refusal, log tail).
+
+    The starts are independent and each is one loading process, so they run WORKERS at a time
+    (LLMFLEET_TEST_WORKERS, default the CPU count, at most 4): the 361 starts are most of this file's time."""
+    logs = tmp_path_factory.mktemp("pair-logs")
+
+    def run(t: str, d: str) -> tuple[str, bool, str]:
+        outcome, log = server_outcome(wrapped[t], wrapped[d], logs / f"{t}--{d}")
+        return outcome, "vocabs are not compatible" in log, log[-3000:]
+
+    pairs = [(t, d) for t in NAMES for d in NAMES]
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        results = list(pool.map(lambda pair: run(*pair), pairs))
+    return dict(zip(pairs, results))
+
+
 @pytest.mark.parametrize("pair", [f"{t}->{d}" for t in NAMES for d in NAMES])
-def test_every_ordered_pair_agrees_with_the_server(pair: str, wrapped: dict[str, Path],
-                                                   verdicts: dict[tuple[str, str], Any], tmp_path: Path) -> None:
+def test_every_ordered_pair_agrees_with_the_server(pair: str, verdicts: dict[tuple[str, str], Any],
+                                                   server_outcomes: dict[tuple[str, str], Any]) -> None:
     t, d = pair.split("->")
     verdict = verdicts[(t, d)]
-    outcome, log = server_outcome(wrapped[t], wrapped[d], tmp_path)
-    assert outcome == verdict["server_outcome"], (verdict["reasons"], log[-3000:])
-    assert ("vocabs are not compatible" in log) is (outcome == "serves-without-speculation")
+    outcome, refusal_logged, log_tail = server_outcomes[(t, d)]
+    assert outcome == verdict["server_outcome"], (verdict["reasons"], log_tail)
+    assert refusal_logged is (outcome == "serves-without-speculation")
 
 
 # ------------------------------------------------------------------ variants: the loader's rules
