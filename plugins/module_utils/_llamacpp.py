@@ -2,46 +2,28 @@
 """llama.cpp's rules, as the pinned llama.cpp tree states them (llama-cpp-python 0.3.36's vendor/llama.cpp).
 
 ``vocab_params`` reproduces how src/llama-vocab.cpp (llama_vocab::impl::load) derives the vocabulary
-type, the bos/eos ids and the add-bos/add-eos flags from a header; ``are_compatible`` reproduces
-common/speculative.cpp common_speculative_are_compatible() on top of it, reason by reason.
+type, the bos/eos ids and the add-bos/add-eos flags from a header, and whether it loads the file at
+all (``_llamacpp_vocab``); ``are_compatible`` reproduces common/speculative.cpp
+common_speculative_are_compatible() on top of it, reason by reason, on the token texts as the loader
+keeps them.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import Array, GGUFHeader, ValueType
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import GGUFHeader
+from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import (
+    ABORTS,
+    VOCAB_TYPES,
+    load_vocab,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_facts
+
+__all__ = ["VOCAB_TYPES", "are_compatible", "compare_vocabs", "compat_report", "first_token_mismatch", "vocab_params"]
 
 # common/speculative.cpp
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
-
-# enum llama_vocab_type (include/llama.h); the number is what llama.cpp's warning prints.
-VOCAB_TYPES = {"NONE": 0, "SPM": 1, "BPE": 2, "WPM": 3, "UGM": 4, "RWKV": 5, "PLAMO2": 6}
-_MODEL_TO_TYPE = {
-    "no_vocab": "NONE", "none": "NONE",
-    "llama": "SPM",
-    "bert": "WPM",
-    "gpt2": "BPE", "hybriddna": "BPE", "whitespace": "BPE", "gemma4": "BPE",
-    "t5": "UGM",
-    "rwkv": "RWKV",
-    "plamo2": "PLAMO2",
-}
-# Default special ids per vocabulary type before the header's own keys (None = LLAMA_TOKEN_NULL).
-_DEFAULT_BOS_EOS = {
-    "NONE": (None, None), "SPM": (1, 2), "WPM": (101, None), "BPE": (11, 11),
-    "UGM": (None, 1), "RWKV": (None, None), "PLAMO2": (1, 2),
-}
-# Default add_bos/add_eos per type; BPE pre-tokenizers below switch add_bos on.
-_DEFAULT_ADD = {
-    "NONE": (False, False), "SPM": (True, False), "WPM": (True, False), "BPE": (False, False),
-    "UGM": (False, True), "RWKV": (False, False), "PLAMO2": (False, False),
-}
-_BPE_PRE_ADD_BOS = frozenset({
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-    "jina-v5-nano", "tekken", "chameleon",
-})
-_BPE_PRE_NO_BOS = frozenset({"chatglm-bpe", "glm4", "glm5"})
 
 # What the server does when the pair is refused: tools/server/server-context.cpp catches the
 # exception common_speculative_init throws, logs it, and serves on without a speculative context.
@@ -53,78 +35,76 @@ REFUSAL_BEHAVIOUR = (
     "speculative decoding context', then keeps serving WITHOUT speculation (/slots shows "
     "speculative: false); only with the synthetic-acceptance flags does it refuse to start"
 )
+# tools/server/server-context.cpp load_model: a target that does not load ("failed to load model")
+# or a draft that does not load ("failed to load draft model") makes load_model return false and
+# llama-server exit; a failed GGML_ASSERT in the loader aborts the process.
+UNLOADABLE_BEHAVIOUR = {
+    "throws": "llama-server logs 'error loading model' and 'failed to load {what}', then exits: it does "
+              "not start, with or without speculation",
+    "aborts": "llama-server aborts while loading the {what} (a failed GGML_ASSERT): it does not start",
+}
 CHECKED_BY = ("draft-simple",)
+# server_outcome values
+SPECULATES = "speculates"
+SERVES_WITHOUT_SPECULATION = "serves-without-speculation"
+REFUSES_TO_START = "refuses-to-start"
+ABORTS_AT_START = "aborts-at-start"
 
 
 def vocab_params(hdr: GGUFHeader) -> dict[str, Any]:
-    """Vocabulary type, n_tokens, bos/eos ids and add flags as llama.cpp ends up with them."""
-    model = hdr.get("tokenizer.ggml.model")
-    pre = hdr.get("tokenizer.ggml.pre") or ""
-    tokens = hdr.get("tokenizer.ggml.tokens")
-    n_tokens = len(tokens) if isinstance(tokens, Array) else 0
-    vtype = _MODEL_TO_TYPE.get(model) if isinstance(model, str) else None
-    params: dict[str, Any] = {
-        "tokenizer_model": model, "pre": pre or None, "vocab_type": vtype, "n_tokens": n_tokens,
-        "bos_id": None, "eos_id": None, "add_bos": False, "add_eos": False, "problems": [],
-    }
-    if vtype is None:
-        params["problems"].append(
-            f"tokenizer.ggml.model {model!r} is not a tokenizer this llama.cpp knows; the model will not load")
-        return params
-    bos, eos = _DEFAULT_BOS_EOS[vtype]
-    add_bos, add_eos = _DEFAULT_ADD[vtype]
-    if vtype == "BPE":
-        if model == "gemma4" or pre == "gemma4":
-            bos = eos = None
-        if pre in _BPE_PRE_ADD_BOS:
-            add_bos = True
-        if pre in _BPE_PRE_NO_BOS:
-            bos = None
-    # defaults out of range are disabled; header ids in range replace them
-    for name, default in (("bos", bos), ("eos", eos)):
-        value = default if default is not None and default < n_tokens else None
-        key = hdr.kv.get(f"tokenizer.ggml.{name}_token_id")
-        if key is not None and isinstance(key.value, int) and 0 <= key.value < n_tokens:
-            value = key.value
-        params[f"{name}_id"] = value
-    for name, default in (("add_bos", add_bos), ("add_eos", add_eos)):
-        key = hdr.kv.get(f"tokenizer.ggml.{name}_token")
-        params[name] = bool(key.value) if key is not None and key.vtype == ValueType.BOOL else default
-    if (model == "gemma4" or pre == "gemma4") and not params["add_bos"]:
-        params["add_bos"] = True
+    """Vocabulary type, n_tokens, bos/eos ids and add flags as llama.cpp ends up with them.
+
+    ``loads`` is false when llama.cpp refuses the file; ``load_error`` says why and
+    ``load_failure`` how ("throws": the server exits; "aborts": a GGML_ASSERT kills it)."""
+    params = load_vocab(hdr, keep_texts=False)
+    params.pop("texts")
     return params
-
-
-def _token_texts(hdr: GGUFHeader) -> Array | None:
-    tokens = hdr.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, Array) and tokens.elem_type == ValueType.STRING:
-        return tokens
-    return None
 
 
 def first_token_mismatch(target: GGUFHeader, draft: GGUFHeader,
                          start: int = SPEC_VOCAB_CHECK_START_TOKEN_ID) -> dict[str, Any] | None:
-    """The first id >= ``start`` (below both vocab sizes) whose token text differs, with both texts."""
-    tt, dt = _token_texts(target), _token_texts(draft)
+    """The first id >= ``start`` (below both vocab sizes) whose loaded token text differs, with both texts.
+
+    Texts are compared as llama.cpp holds them (cut at NUL, empty ones named [EMPTY_<id>], hybriddna
+    k-mer markers stripped); None when either side has no loadable token list."""
+    return _mismatch(load_vocab(target)["texts"], load_vocab(draft)["texts"], start)
+
+
+def _mismatch(tt: list[bytes] | None, dt: list[bytes] | None, start: int = SPEC_VOCAB_CHECK_START_TOKEN_ID
+              ) -> dict[str, Any] | None:
     if tt is None or dt is None:
         return None
-    n = min(len(tt), len(dt))
-    for i, (a, b) in enumerate(zip(tt.iter_bytes(n), dt.iter_bytes(n))):
-        if i >= start and a != b:
-            return {"id": i, "target": a.decode("utf-8", "replace"), "draft": b.decode("utf-8", "replace")}
+    for i in range(start, min(len(tt), len(dt))):
+        if tt[i] != dt[i]:
+            return {"id": i, "target": tt[i].decode("utf-8", "replace"), "draft": dt[i].decode("utf-8", "replace")}
     return None
+
+
+def _public(p: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in p.items() if k != "texts"}
 
 
 def are_compatible(target: GGUFHeader, draft: GGUFHeader) -> dict[str, Any]:
     """common_speculative_are_compatible(), with every reason rather than the first.
 
     llama.cpp stops at the first failing check; ``reasons`` lists each failing check in its order,
-    and ``first_mismatch`` the first differing token text from id 5 on.
-    """
-    tp, dp = vocab_params(target), vocab_params(draft)
+    and ``first_mismatch`` the first differing token text from id 5 on. A side llama.cpp will not
+    load at all makes the pair incompatible with that as the reason, and ``server_outcome`` says
+    what llama-server then does."""
+    return compare_vocabs(load_vocab(target), load_vocab(draft))
+
+
+def compare_vocabs(tp: dict[str, Any], dp: dict[str, Any]) -> dict[str, Any]:
+    """are_compatible() on two ``load_vocab`` results (texts kept): for comparing many pairs."""
     reasons: list[str] = []
-    for side, p in (("target", tp), ("draft", dp)):
-        reasons.extend(f"{side}: {problem}" for problem in p["problems"])
+    outcome = None
+    for side, what, p in (("target", "model", tp), ("draft", "draft model", dp)):
+        if not p["loads"]:
+            reasons.append(f"{side}: will not load: {p['load_error']} - "
+                           + UNLOADABLE_BEHAVIOUR[p["load_failure"]].format(what=what))
+            outcome = outcome or (ABORTS_AT_START if p["load_failure"] == ABORTS else REFUSES_TO_START)
+    if outcome is not None:
+        return _verdict(tp, dp, reasons, None, outcome)
     if tp["vocab_type"] != dp["vocab_type"]:
         reasons.append(
             f"vocab type differs: target {tp['vocab_type']} ({VOCAB_TYPES.get(tp['vocab_type'])}), "
@@ -142,17 +122,30 @@ def are_compatible(target: GGUFHeader, draft: GGUFHeader) -> dict[str, Any]:
         reasons.append(
             f"vocab size differs by {diff} (target {tp['n_tokens']}, draft {dp['n_tokens']}); "
             f"llama.cpp allows at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}")
+    n_common = min(tp["n_tokens"], dp["n_tokens"])
+    if not reasons and tp["vocab_type"] == "NONE" and n_common > SPEC_VOCAB_CHECK_START_TOKEN_ID:
+        # the text loop calls llama_vocab_get_text, which asserts type != NONE
+        reasons.append("both vocabularies are tokenizer model 'none' with more than 5 tokens: llama.cpp's text "
+                       "comparison aborts (GGML_ASSERT in llama_vocab::token_get_text)")
+        return _verdict(tp, dp, reasons, None, ABORTS_AT_START)
     # llama.cpp compares token texts only once the size check passed; we always look, to show it.
-    mismatch = first_token_mismatch(target, draft)
+    mismatch = _mismatch(tp["texts"], dp["texts"])
     if mismatch is not None:
         reasons.append(
             f"token {mismatch['id']} differs: target {mismatch['target']!r}, draft {mismatch['draft']!r}")
+    return _verdict(tp, dp, reasons, mismatch, SERVES_WITHOUT_SPECULATION if reasons else SPECULATES)
+
+
+def _verdict(tp: dict[str, Any], dp: dict[str, Any], reasons: list[str], mismatch: dict[str, Any] | None,
+             outcome: str) -> dict[str, Any]:
     return {
         "compatible": not reasons,
+        "loads": tp["loads"] and dp["loads"],
+        "server_outcome": outcome,
         "reasons": reasons,
         "first_mismatch": mismatch,
-        "target_vocab": {k: v for k, v in tp.items() if k != "problems"},
-        "draft_vocab": {k: v for k, v in dp.items() if k != "problems"},
+        "target_vocab": _public(tp),
+        "draft_vocab": _public(dp),
         "when_refused": REFUSAL_BEHAVIOUR,
         "checked_for_spec_types": list(CHECKED_BY),
     }
@@ -164,6 +157,8 @@ def compat_report(target: GGUFHeader, draft: GGUFHeader) -> dict[str, Any]:
     tt, dt = tokenizer_facts(target), tokenizer_facts(draft)
     return {
         "compatible": verdict["compatible"],
+        "loads": verdict["loads"],
+        "server_outcome": verdict["server_outcome"],
         "reasons": verdict["reasons"],
         "first_mismatch": verdict["first_mismatch"],
         "tokenizers_identical": tt["fingerprint"] is not None and tt["fingerprint"] == dt["fingerprint"],

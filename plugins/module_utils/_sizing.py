@@ -19,8 +19,18 @@ One context's KV cache (``src/llama-kv-cache.cpp``, the ``llama_kv_cache`` const
   ``kv_size = n_ctx`` and one stream; otherwise ``n_ctx_seq = GGML_PAD(n_ctx / -np, 256)``,
   ``n_ctx = n_ctx_seq * -np`` and one stream per slot (``n_stream = n_seq_max``).
   ``n_batch = min(-c, -b)``, ``n_ubatch = min(n_batch, -ub)``.
-- llama-server (``tools/server/server.cpp``): without ``-np`` it runs 4 slots with a unified cache;
-  an explicit ``-np`` keeps ``kv_unified`` off unless ``-kvu``.
+- llama-server (``tools/server/server.cpp``): ``-np`` defaults to -1, and any negative ``-np`` is
+  "auto": 4 slots with a unified cache (``kv_unified`` is forced on, ``-no-kvu`` notwithstanding);
+  ``-np 0`` is refused; a positive ``-np`` keeps ``kv_unified`` off unless ``-kvu``.
+- The context size llama-server asks for (``common/arg.cpp``, ``common/fit.cpp``): ``-c`` defaults
+  to 0, "the model's training context". With ``--fit`` on (the default) and ``-c`` 0,
+  ``common_fit_params`` first sets ``n_ctx = n_ctx_train * n_streams`` (``n_streams`` = 1 with a
+  unified cache, else the slot count), so every slot gets the full training context; it lowers
+  that only when the projected memory use exceeds the free memory minus ``--fit-target`` (default
+  1 GiB per device; a CPU-only server compares with the host's total RAM), down to
+  ``--fit-ctx`` (4096) per stream, and never for an explicit ``-c 0``. With ``-fit off`` and
+  ``-c`` 0 the context is ``n_ctx_train`` in total (``llama_context``). A given ``-c N`` is kept.
+  ``--kv-unified-per-slot N`` without ``-c`` asks for ``slots * N``.
 - Sliding-window models get two caches (``src/llama-kv-cache-iswa.cpp``): the full layers with
   ``kv_size`` cells, the SWA layers with
   ``GGML_PAD(min(kv_size, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)`` cells (``--swa-full``:
@@ -152,6 +162,16 @@ def _int(name: str, value: Any) -> int:
         raise SizingError(f"{name}: expected a whole number, got {value!r}") from None
 
 
+def _on_off(name: str, value: Any) -> bool:
+    """-fit's value as common/arg.cpp reads it: 'on' or 'off' (booleans accepted)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("on", "off"):
+        return text == "on"
+    raise SizingError(f"{name}: {value!r}; llama-server accepts 'on' or 'off'")
+
+
 def _name_list(name: str, value: Any) -> list[str] | None:
     """A device list as llama.cpp's --device reads it: comma-separated names, ``none`` = no device."""
     if value is None:
@@ -192,9 +212,11 @@ def _split_list(value: Any) -> list[float] | None:
 class Config:
     """A llama-server config, as far as memory is concerned (flag names in comments)."""
 
-    ctx_size: int | None = None          # -c (None: the target's training context)
+    ctx_size: int | None = None          # -c (None or 0: the target's training context, see fit)
     parallel: int | None = None          # -np (None: the server's auto, 4 slots, unified)
-    kv_unified: bool | None = None       # -kvu / -no-kvu (None: on exactly when -np is auto)
+    kv_unified: bool | None = None       # -kvu / -no-kvu (None: off; -np auto forces it on)
+    fit: bool = True                     # -fit on|off: with -c 0, n_ctx_train per stream
+    kv_unified_per_slot: int | None = None  # --kv-unified-per-slot: without -c, slots * N
     cache_type_k: str = "f16"            # -ctk
     cache_type_v: str = "f16"            # -ctv
     draft_cache_type_k: str = "f16"      # -ctkd
@@ -220,7 +242,8 @@ class Config:
 
     @property
     def unified(self) -> bool:
-        return self.kv_unified if self.kv_unified is not None else self.parallel is None
+        # tools/server/server.cpp: -np auto sets kv_unified = true whatever -kvu/-no-kvu said
+        return True if self.parallel is None else bool(self.kv_unified)
 
 
 _CONFIG_KEYS = frozenset(Config.__dataclass_fields__)
@@ -234,6 +257,10 @@ def config_from_parsed(parsed: Mapping[str, Any]) -> dict[str, Any]:
         out["swa_full"] = bool(options["--swa-full"])
     if "--kv-offload" in options:
         out["kv_offload"] = bool(options["--kv-offload"])
+    if options.get("--fit") is not None:
+        out["fit"] = options["--fit"]
+    if options.get("--kv-unified-per-slot") is not None:
+        out["kv_unified_per_slot"] = options["--kv-unified-per-slot"]
     if parsed.get("spec_types"):
         out["spec_type"] = list(parsed["spec_types"])
     for key in ("n_gpu_layers", "draft_n_gpu_layers"):
@@ -253,11 +280,24 @@ def normalize_config(config: Mapping[str, Any] | Config | None) -> Config:
         raise SizingError(f"config: unknown keys {unknown}; known: {sorted(_CONFIG_KEYS)}")
     out: dict[str, Any] = {}
     if "ctx_size" in raw:
-        out["ctx_size"] = _positive_int("ctx_size", raw["ctx_size"])
+        out["ctx_size"] = _int("ctx_size", raw["ctx_size"])
+        if out["ctx_size"] < 0:
+            raise SizingError(f"ctx_size: {raw['ctx_size']!r}; give a context size, or 0 for the model's "
+                              "training context (llama-server's default)")
     if "parallel" in raw:
-        out["parallel"] = _positive_int("parallel", raw["parallel"])
-        if out["parallel"] > LLAMA_MAX_SEQ:
-            raise SizingError(f"parallel: {out['parallel']} slots; llama.cpp allows at most {LLAMA_MAX_SEQ}")
+        n = _int("parallel", raw["parallel"])
+        if n == 0:
+            raise SizingError("parallel: 0 is refused by llama-server ('invalid value for n_parallel'); "
+                              "give a slot count, or -1 for its auto setting (4 slots, unified cache)")
+        if n > LLAMA_MAX_SEQ:
+            raise SizingError(f"parallel: {n} slots; llama.cpp allows at most {LLAMA_MAX_SEQ}")
+        out["parallel"] = n if n > 0 else None  # any negative -np is llama-server's auto
+    if "fit" in raw:
+        out["fit"] = _on_off("fit", raw["fit"])
+    if "kv_unified_per_slot" in raw:
+        out["kv_unified_per_slot"] = _int("kv_unified_per_slot", raw["kv_unified_per_slot"])
+        if out["kv_unified_per_slot"] < 0:
+            raise SizingError(f"kv_unified_per_slot: {raw['kv_unified_per_slot']!r} must be >= 0 (0 = unset)")
     for key in ("kv_unified", "kv_offload", "swa_full"):
         if key in raw:
             out[key] = bool(raw[key])
@@ -694,18 +734,47 @@ def _weights_by_device(model: Model, layer_dev: list[str]) -> dict[str, int] | N
     return out
 
 
+def requested_context(target: Model, cfg: Config, notes: list[str] | None = None) -> int:
+    """The n_ctx llama-server hands llama_context (before its padding), with llama-server's defaults.
+
+    tools/server/server.cpp sizes the pool from --kv-unified-per-slot when -c is not given;
+    otherwise -c 0 (the default) is resolved by common/fit.cpp (fit on: n_ctx_train per stream)
+    or by llama_context (fit off: n_ctx_train in all)."""
+    notes = notes if notes is not None else []
+    if cfg.ctx_size is None and cfg.kv_unified_per_slot:
+        n = cfg.slots * cfg.kv_unified_per_slot
+        notes.append(f"ctx_size not given: --kv-unified-per-slot {cfg.kv_unified_per_slot} sizes the pool to "
+                     f"{cfg.slots} x {cfg.kv_unified_per_slot} = {n}")
+        return n
+    if cfg.ctx_size:
+        return cfg.ctx_size
+    if not target.context_length:
+        raise SizingError("ctx_size: not given (or 0) and the target's header has no context_length; give -c")
+    train = int(target.context_length)
+    said = "not given" if cfg.ctx_size is None else "0"
+    if not cfg.fit:
+        notes.append(f"ctx_size {said} with -fit off: llama-server uses the target's training context, "
+                     f"{train}, for all slots together")
+        return train
+    streams = 1 if cfg.unified else cfg.slots
+    n = train * streams
+    lower = ("an explicit -c 0 forbids lowering it" if cfg.ctx_size == 0 else
+             "when the projected memory exceeds free memory minus --fit-target (1 GiB) it lowers the "
+             "context, not below --fit-ctx (4096) per stream; kv_budget sizes the unlowered context, "
+             "so where it does not fit, give -c")
+    notes.append(f"ctx_size {said}: llama-server's --fit (on by default) asks for the training context per "
+                 f"stream, {train} x {streams} = {n}; {lower}. On a CPU-only server fit compares with "
+                 "the host's RAM, which no device limit here describes")
+    return n
+
+
 def _plan(target: Model, draft: Model | None, cfg: Config) -> dict[str, Any]:
     pool = device_pool(cfg)
     notes = list(target.notes) + (list(draft.notes) if draft else [])
-    if cfg.ctx_size is None:
-        if not target.context_length:
-            raise SizingError("ctx_size: not given and the target's header has no context_length")
-        ctx_size = int(target.context_length)
-        notes.append(f"ctx_size not given: llama-server uses the target's training context, {ctx_size}")
-    else:
-        ctx_size = cfg.ctx_size
+    ctx_size = requested_context(target, cfg, notes)
     if cfg.parallel is None:
-        notes.append(f"parallel not given: llama-server runs {SERVER_AUTO_SLOTS} slots with a unified KV cache")
+        notes.append(f"parallel not given (or -1): llama-server runs {SERVER_AUTO_SLOTS} slots with a "
+                     "unified KV cache")
     ctx_t = context_params(ctx_size, cfg)
     t_devices = list(cfg.device) if cfg.device is not None else default_devices(pool)
     t_layer_dev = _place(target, t_devices, cfg, pool, cfg.n_gpu_layers)
@@ -809,7 +878,7 @@ def _device_rows(tgt: dict[str, Any], dft: dict[str, Any] | None, t_devices: lis
 
 
 def _config_echo(cfg: Config, ctx_size: int) -> dict[str, Any]:
-    return {"ctx_size": ctx_size, "parallel": cfg.slots, "kv_unified": cfg.unified,
+    return {"ctx_size": ctx_size, "parallel": cfg.slots, "kv_unified": cfg.unified, "fit": cfg.fit,
             "cache_type_k": cfg.cache_type_k, "cache_type_v": cfg.cache_type_v,
             "draft_cache_type_k": cfg.draft_cache_type_k, "draft_cache_type_v": cfg.draft_cache_type_v,
             "flash_attn": cfg.flash_attn, "device": list(cfg.device) if cfg.device is not None else None,

@@ -61,18 +61,35 @@ options:
     type: raw
   ctx_size:
     description:
-      - C(-c). The context llama-server allocates for all slots together. Defaults to the target's
-        training context, as llama-server does when C(-c) is not given.
+      - C(-c). The context llama-server allocates for all slots together.
+      - Not given or V(0) (llama-server's default) means the target's training context. With
+        O(fit) on, llama-server then asks for the training context per stream - every slot gets the
+        whole training context unless the cache is unified - and with O(fit) off for the training
+        context in all.
+      - When memory is short, C(--fit) lowers a context that was not given (never an explicit V(0));
+        the plan sizes the unlowered context and says so in RV(kv_budget.notes).
     type: int
   parallel:
     description:
-      - C(-np), the number of slots. Without it llama-server runs 4 slots with a unified cache.
+      - C(-np), the number of slots. Not given or negative (V(-1), llama-server's default) is
+        llama-server's auto setting, 4 slots with a unified cache. V(0) is refused, as llama-server
+        refuses it.
     type: int
   kv_unified:
     description:
-      - C(-kvu). One KV buffer shared by all slots. Defaults to on exactly when O(parallel) is not given.
+      - C(-kvu). One KV buffer shared by all slots. Off when not given, but the auto O(parallel)
+        turns it on whatever this says.
       - Off, every slot gets its own stream of C(ctx_size / parallel) cells (padded to 256).
     type: bool
+  fit:
+    description:
+      - C(-fit on|off). Only changes the size when O(ctx_size) is not given or V(0); see there.
+    type: bool
+  kv_unified_per_slot:
+    description:
+      - C(--kv-unified-per-slot). Without O(ctx_size), llama-server sizes the pool to
+        O(parallel) times this.
+    type: int
   cache_type_k:
     description: C(-ctk), the target's K cache type.
     type: str
@@ -322,6 +339,8 @@ ARGUMENT_SPEC = dict(
     ctx_size=dict(type="int"),
     parallel=dict(type="int"),
     kv_unified=dict(type="bool"),
+    fit=dict(type="bool"),
+    kv_unified_per_slot=dict(type="int"),
     cache_type_k=dict(type="str", choices=_TYPES),
     cache_type_v=dict(type="str", choices=_TYPES),
     draft_cache_type_k=dict(type="str", choices=_TYPES),
@@ -343,9 +362,9 @@ ARGUMENT_SPEC = dict(
     **GGUF_READ_ARGS,
 )
 
-_CONFIG_KEYS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "draft_cache_type_k",
-                "draft_cache_type_v", "flash_attn", "device", "draft_device", "tensor_split", "n_gpu_layers",
-                "draft_n_gpu_layers", "kv_offload", "swa_full", "batch_size", "ubatch_size", "spec_type",
+_CONFIG_KEYS = ("ctx_size", "parallel", "kv_unified", "fit", "kv_unified_per_slot", "cache_type_k", "cache_type_v",
+                "draft_cache_type_k", "draft_cache_type_v", "flash_attn", "device", "draft_device", "tensor_split",
+                "n_gpu_layers", "draft_n_gpu_layers", "kv_offload", "swa_full", "batch_size", "ubatch_size", "spec_type",
                 "devices", "headroom_bytes", "memory")
 
 

@@ -19,6 +19,15 @@ description:
   - When llama.cpp refuses the pair, llama-server does not fail; it logs the refusal and serves
     without speculation. RV(when_refused) says so, so nobody mistakes a running server for a
     speculating one.
+  - Token texts are compared as llama.cpp's vocabulary loader keeps them - cut at an embedded NUL,
+    an empty text named C([EMPTY_<id>]), the k-mer marker of a C(hybriddna) tokenizer stripped -
+    and the loader's defaults apply (add-bos forced on for a Gemma 4 pre-tokenizer, default bos/eos
+    cleared for the C(gemma4) tokenizer model, token list and add-bos ignored for tokenizer model
+    C(none)).
+  - A file llama.cpp refuses to load (a BPE vocabulary without merges, an unknown tokenizer or
+    pre-tokenizer, a special token id or add-bos flag stored with the wrong type, a score or token
+    type array shorter than the token list, two tokens with the same loaded text) is not
+    compatible - RV(loads) is false and RV(server_outcome) says that llama-server does not start.
 options:
   target:
     description: The target model, a local path on the host or an http(s) URL.
@@ -61,14 +70,31 @@ compatible:
   returned: success
   type: bool
   sample: false
+loads:
+  description: Whether llama.cpp loads both files. False makes RV(compatible) false too.
+  returned: success
+  type: bool
+  sample: true
+server_outcome:
+  description:
+    - What llama-server does with this pair and C(--spec-type draft-simple).
+    - V(speculates), V(serves-without-speculation) (the pair is refused, the server runs plainly),
+      V(refuses-to-start) (a file does not load and the server exits) or V(aborts-at-start)
+      (a failed assertion in llama.cpp kills the server while loading).
+  returned: success
+  type: str
+  sample: serves-without-speculation
 reasons:
-  description: Every failing check, in llama.cpp's order. Empty when compatible.
+  description:
+    - Every failing check, in llama.cpp's order. Empty when compatible.
+    - A file that does not load gives one reason per side, starting C(target: will not load) or
+      C(draft: will not load), with llama.cpp's error and what llama-server then does.
   returned: success
   type: list
   elements: str
   sample: ["token 256 differs: target 'Ġt', draft 'he'"]
 first_mismatch:
-  description: The first token id (from 5 on) whose text differs, with both texts; null when none.
+  description: The first token id (from 5 on) whose loaded text differs, with both texts; null when none.
   returned: success
   type: dict
   sample: {id: 256, target: "Ġt", draft: "he"}

@@ -105,6 +105,43 @@ _case("mtp context on the target", "target-mtp.gguf", None,
       ctx_size=16384, parallel=1, spec_type=["draft-mtp"], flash_attn="on",
       draft_cache_type_k="q8_0", draft_cache_type_v="q8_0")
 
+# llama-server's own defaults (target.gguf trains at 4096). A case without "-c" or "-np" starts the
+# server without that flag: -c omitted is 0 and, with --fit on, the training context per stream.
+_case("defaults: no -c, no -np (auto: 4 slots, unified)", "target.gguf", "draft.gguf", [])
+_case("no -c, -np 3: fit gives 4096 per slot", "target.gguf", "draft.gguf", ["-np", "3"], parallel=3)
+_case("no -c, -np 2 -kvu: one stream of 4096", "target.gguf", None, ["-np", "2", "-kvu"],
+      parallel=2, kv_unified=True)
+_case("-c 0 -np 2", "target.gguf", "draft.gguf", ["-c", "0", "-np", "2"], ctx_size=0, parallel=2)
+_case("no -c, -np 4 -fit off: 4096 shared", "target.gguf", "draft.gguf", ["-np", "4", "-fit", "off"],
+      parallel=4, fit=False)
+_case("-np -1 -no-kvu c4096 (auto stays unified)", "target.gguf", None, ["-c", "4096", "-np", "-1", "-no-kvu"],
+      ctx_size=4096, parallel=-1, kv_unified=False)
+_case("no -c, --kv-unified-per-slot 1024 -np 2", "target.gguf", None, ["-np", "2", "--kv-unified-per-slot", "1024"],
+      parallel=2, kv_unified_per_slot=1024)
+_case("swa no -c -np 2", "target-swa.gguf", "draft.gguf", ["-np", "2"], parallel=2)
+
+
+class _DefaultsServer(LlamaServer):
+    """LlamaServer without its own -c / -np where the case leaves them to llama-server's defaults."""
+
+    def __init__(self, *args: Any, omit: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.omit = omit
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        base, extra = cmd[:len(cmd) - len(self.args)], cmd[len(cmd) - len(self.args):]
+        kept: list[str] = []
+        skip = False
+        for i, word in enumerate(base):
+            if skip:
+                skip = False
+            elif i > 0 and word in self.omit:
+                skip = True
+            else:
+                kept.append(word)
+        return kept + extra
+
 
 @pytest.fixture(scope="module")
 def facts_of(standard_models: dict[str, Path]) -> Any:
@@ -141,15 +178,19 @@ def run_server(binary: str, model: Path, draft: Path | None, args: list[str], lo
                expected_lines: int) -> str:
     """Starts llama-server, waits until it printed every KV line expected (or exited), stops it.
 
-    The case's -np comes after LlamaServer's own and wins (llama.cpp keeps the last value)."""
+    The case's -np comes after LlamaServer's own and wins (llama.cpp keeps the last value); a case
+    without -c or -np starts the server without it, so llama-server's own default applies."""
     args = list(args)
     ctx = 2048
+    omit: tuple[str, ...] = () if "-np" in args else ("-np",)
     if "-c" in args:
         i = args.index("-c")
         ctx = int(args[i + 1])
         del args[i:i + 2]
-    server = LlamaServer(model, draft=draft, args=[*args, "-lv", "4"], binary=binary, log_dir=log_dir,
-                         ctx_size=ctx)
+    else:
+        omit += ("-c",)
+    server = _DefaultsServer(model, draft=draft, args=[*args, "-lv", "4"], binary=binary, log_dir=log_dir,
+                             ctx_size=ctx, omit=omit)
     server.start(wait=False)
     deadline = time.monotonic() + 30
     try:

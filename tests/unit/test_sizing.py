@@ -484,10 +484,11 @@ def test_split_search_for_many_devices() -> None:
 @pytest.mark.parametrize(("config", "message"), [
     ({"cache_type_k": "q3_k"}, "cache_type_k: unknown KV cache type 'q3_k'"),
     ({"draft_cache_type_v": "fp8"}, "draft_cache_type_v: unknown KV cache type 'fp8'"),
-    ({"ctx_size": 0}, "ctx_size: expected a positive whole number, got 0"),
-    ({"ctx_size": -4096}, "ctx_size: expected a positive whole number, got -4096"),
-    ({"parallel": 0}, "parallel: expected a positive whole number, got 0"),
-    ({"parallel": -1}, "parallel: expected a positive whole number"),
+    ({"ctx_size": -4096}, "ctx_size: -4096; give a context size, or 0 for the model's training context"),
+    ({"ctx_size": "lots"}, "ctx_size: expected a whole number, got 'lots'"),
+    ({"parallel": 0}, "parallel: 0 is refused by llama-server"),
+    ({"fit": "maybe"}, "fit: 'maybe'; llama-server accepts 'on' or 'off'"),
+    ({"kv_unified_per_slot": -1}, "kv_unified_per_slot: -1 must be >= 0"),
     ({"parallel": 300}, "parallel: 300 slots; llama.cpp allows at most 256"),
     ({"flash_attn": "maybe"}, "flash_attn: 'maybe'"),
     ({"tensor_split": "3,x"}, "tensor_split: 'x' is not a number"),
@@ -507,7 +508,7 @@ def test_bad_facts_name_the_model() -> None:
         sizing.kv_plan("model.gguf", None, {"ctx_size": 512})  # type: ignore[arg-type]
     no_ctx = facts(2, 2, 64)
     no_ctx["context_length"] = None
-    with pytest.raises(sizing.SizingError, match="ctx_size: not given and the target's header has no context_length"):
+    with pytest.raises(sizing.SizingError, match=r"ctx_size: not given \(or 0\) and the target's header has no context_length"):
         sizing.kv_plan(no_ctx, None, {})
 
 
@@ -549,8 +550,8 @@ def test_module_reads_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ({"ctx_size": 0}, "ctx_size: expected a positive whole number, got 0"),
-    ({"ctx_size": 512, "parallel": 0}, "parallel: expected a positive whole number, got 0"),
+    ({"ctx_size": -1}, "ctx_size: -1; give a context size, or 0"),
+    ({"ctx_size": 512, "parallel": 0}, "parallel: 0 is refused by llama-server"),
     ({"ctx_size": 512, "cache_type_k": "q3_k"}, "cache_type_k"),
 ])
 def test_module_bad_input(args: dict[str, Any], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -587,3 +588,47 @@ def test_module_reads_the_config_from_flags_and_env(tmp_path, capsys) -> None:
     assert explicit["kv_budget"]["target"] != by_options["kv_budget"]["target"]
     missing = run({"flags": ["-c", "2048"]})
     assert missing["failed"] and "target" in missing["msg"]
+
+
+# ------------------------------------------------------------------------------ llama-server's defaults
+# tools/server/server.cpp (-np auto), common/arg.cpp (-c 0), common/fit.cpp (n_ctx_train per stream)
+
+
+@pytest.mark.parametrize(("config", "n_ctx", "n_ctx_seq", "n_stream"), [
+    # -c omitted, -np 3: fit asks for the training context (4096) per slot
+    ({"parallel": 3}, 12288, 4096, 3),
+    ({"ctx_size": 0, "parallel": 2}, 8192, 4096, 2),
+    # a unified cache is one stream: the training context in all
+    ({"parallel": 3, "kv_unified": True}, 4096, 4096, 1),
+    # -fit off: llama_context's own default, the training context shared by the slots
+    ({"parallel": 4, "fit": False}, 4096, 1024, 4),
+    ({"parallel": 4, "fit": "off"}, 4096, 1024, 4),
+    # -np -1 (and any negative) is auto: 4 slots, unified, even with -no-kvu
+    ({"parallel": -1}, 4096, 4096, 1),
+    ({"parallel": -1, "kv_unified": False, "ctx_size": 8192}, 8192, 8192, 1),
+    ({}, 4096, 4096, 1),
+    # --kv-unified-per-slot without -c: slots x N, which fit leaves alone
+    ({"parallel": 2, "kv_unified_per_slot": 1024}, 2048, 1024, 2),
+    ({"parallel": 2, "kv_unified_per_slot": 1024, "ctx_size": 0}, 8192, 4096, 2),
+    # a given -c is kept
+    ({"parallel": 2, "ctx_size": 4096}, 4096, 2048, 2),
+])
+def test_server_defaults_size_the_context(config: dict[str, Any], n_ctx: int, n_ctx_seq: int, n_stream: int) -> None:
+    f = facts(2, 2, 64, ctx=4096)
+    ctx = sizing.kv_plan(f, None, config)["target"]["context"]
+    assert (ctx["n_ctx"], ctx["n_ctx_seq"], ctx["n_stream"]) == (n_ctx, n_ctx_seq, n_stream)
+
+
+def test_fit_note_says_what_fit_may_lower() -> None:
+    omitted = sizing.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2})["notes"]
+    assert any("4096 x 2 = 8192" in n and "lowers the context" in n and "CPU-only" in n for n in omitted)
+    explicit = sizing.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2, "ctx_size": 0})["notes"]
+    assert any("explicit -c 0 forbids lowering" in n for n in explicit)
+
+
+def test_module_reads_fit_and_auto_slots_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run({"target": facts(2, 2, 64, ctx=4096), "flags": ["-np", "-1", "-fit", "off", "-c", "0"]}, capsys)
+    assert out["kv_budget"]["config"]["parallel"] == 4 and out["kv_budget"]["config"]["fit"] is False
+    assert out["kv_budget"]["target"]["context"]["n_ctx"] == 4096
+    out = _run({"target": facts(2, 2, 64, ctx=4096), "env": {"LLAMA_ARG_N_PARALLEL": "2"}}, capsys)
+    assert out["kv_budget"]["target"]["context"]["n_ctx"] == 8192

@@ -112,7 +112,7 @@ def test_vocab_params_follow_llama_vocab_defaults(tmp_path: Path) -> None:
                                 extra={"tokenizer.ggml.eos_token_id": (T["u32"], 5000)}))
     assert small["bos_id"] is None and small["eos_id"] is None
     unknown = vocab_params(_model(tmp_path, "u", model="sentencepiece-x"))
-    assert unknown["vocab_type"] is None and "not a tokenizer" in unknown["problems"][0]
+    assert unknown["loads"] is False and "unknown tokenizer: 'sentencepiece-x'" in unknown["load_error"]
 
 
 @pytest.mark.parametrize("order", ["<", ">"])
@@ -124,3 +124,121 @@ def test_byte_order_does_not_matter(tmp_path: Path, order: str) -> None:
     p.write_bytes(b.build())
     r = compat_report(_model(tmp_path, "t"), read_header(str(p)))
     assert r["compatible"] and r["tokenizers_identical"]
+
+
+# ------------------------------------------------------------------ llama-vocab.cpp's loader rules
+
+
+def _hdr(tmp_path: Path, name: str, *, tokens: list[str | bytes] | None = None, model: str = "gpt2",
+         pre: str | None = "gpt-2", merges: bool = True, extra: dict[str, tuple[int, Any]] | None = None,
+         arch: str = "llama") -> Any:
+    b = Builder().kv("general.architecture", T["str"], arch).kv("tokenizer.ggml.model", T["str"], model)
+    if pre is not None:
+        b.kv("tokenizer.ggml.pre", T["str"], pre)
+    b.kv("tokenizer.ggml.tokens", T["arr"], (T["str"], tokens if tokens is not None else BASE_TOKENS))
+    if merges:
+        b.kv("tokenizer.ggml.merges", T["arr"], (T["str"], ["a b"]))
+    for key, (vtype, value) in (extra or {}).items():
+        b.kv(key, vtype, value)
+    p = tmp_path / f"{name}.gguf"
+    p.write_bytes(b.build())
+    return read_header(str(p))
+
+
+def test_a_pre_tokenizer_treated_like_gemma4_forces_add_bos(tmp_path: Path) -> None:
+    # LLAMA_VOCAB_PRE_TYPE_GEMMA4 covers granite-embed-multi-311m too; the override comes after add_bos_token
+    v = vocab_params(_hdr(tmp_path, "g", pre="granite-embed-multi-311m",
+                          extra={"tokenizer.ggml.add_bos_token": (T["bool"], False)}))
+    assert v["loads"] and v["add_bos"] is True
+    plain = _hdr(tmp_path, "p", extra={"tokenizer.ggml.add_bos_token": (T["bool"], False)})
+    r = are_compatible(plain, _hdr(tmp_path, "g2", pre="granite-embed-multi-311m"))
+    assert not r["compatible"] and r["reasons"][0].startswith("bos differs: add_bos target False / draft True")
+
+
+def test_default_bos_eos_are_cleared_only_for_the_gemma4_model(tmp_path: Path) -> None:
+    by_pre = vocab_params(_hdr(tmp_path, "pre", pre="gemma4"))
+    assert (by_pre["bos_id"], by_pre["eos_id"], by_pre["add_bos"]) == (11, 11, True)
+    by_model = vocab_params(_hdr(tmp_path, "model", model="gemma4", pre="gpt-2"))
+    # the gemma4 model clears the defaults and overrides the pre-tokenizer to gemma4 (so add_bos is forced)
+    assert (by_model["bos_id"], by_model["eos_id"], by_model["add_bos"]) == (None, None, True)
+    assert by_model["vocab_type"] == "BPE"
+
+
+def test_empty_token_loads_as_empty_marker(tmp_path: Path) -> None:
+    empty, named = list(BASE_TOKENS), list(BASE_TOKENS)
+    empty[7], named[7] = "", "[EMPTY_7]"
+    assert are_compatible(_hdr(tmp_path, "e", tokens=empty), _hdr(tmp_path, "n", tokens=named))["compatible"]
+    r = are_compatible(_hdr(tmp_path, "e2", tokens=empty), _hdr(tmp_path, "t"))
+    assert r["first_mismatch"] == {"id": 7, "target": "[EMPTY_7]", "draft": "<t7>"}
+
+
+def test_token_text_is_cut_at_nul(tmp_path: Path) -> None:
+    a, b = list(BASE_TOKENS), list(BASE_TOKENS)
+    a[9], b[9] = b"<t9>\x00tail-a", b"<t9>\x00other"
+    assert are_compatible(_hdr(tmp_path, "a", tokens=a), _hdr(tmp_path, "b", tokens=b))["compatible"]
+    assert are_compatible(_hdr(tmp_path, "a2", tokens=a), _hdr(tmp_path, "base"))["compatible"]
+
+
+def test_hybriddna_kmer_marker_is_stripped(tmp_path: Path) -> None:
+    # stripped only after <oov>, and only from a text longer than the marker
+    head = [f"<c{i}>" for i in range(10)] + ["m\ue000", "<oov>"]
+    dna = [*head, "ACG\ue000", "TTA\ue000", "\ue000"]
+    plain = [*head, "ACG", "TTA", "\ue000"]
+    r = are_compatible(_hdr(tmp_path, "dna", model="hybriddna", pre=None, tokens=dna),
+                       _hdr(tmp_path, "plain", pre=None, tokens=plain))
+    assert r["compatible"], r["reasons"]
+    before = [f"<c{i}>" for i in range(10)] + ["m", "<oov>"] + plain[12:]
+    r = are_compatible(_hdr(tmp_path, "dna2", model="hybriddna", pre=None, tokens=dna),
+                       _hdr(tmp_path, "p2", pre=None, tokens=before))
+    assert r["first_mismatch"] == {"id": 10, "target": "m\ue000", "draft": "m"}
+    r = are_compatible(_hdr(tmp_path, "dna3", model="hybriddna", pre=None, tokens=dna),
+                       _hdr(tmp_path, "p3", pre=None, tokens=dna))
+    assert r["first_mismatch"]["id"] == 12  # the gpt2 draft keeps its markers
+
+
+def test_tokenizer_model_none_ignores_tokens_and_add_bos(tmp_path: Path) -> None:
+    v = vocab_params(_hdr(tmp_path, "none", model="none", pre=None, merges=False,
+                          extra={"tokenizer.ggml.add_bos_token": (T["bool"], True),
+                                 "llama.vocab_size": (T["u32"], 5)}))
+    assert (v["vocab_type"], v["n_tokens"], v["add_bos"], v["bos_id"], v["loads"]) == ("NONE", 5, False, None, True)
+    big = _hdr(tmp_path, "big", model="none", pre=None, merges=False, extra={"llama.vocab_size": (T["u32"], 300)})
+    r = are_compatible(big, big)
+    assert not r["compatible"] and r["server_outcome"] == "aborts-at-start"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"merges": False}, "cannot find tokenizer merges"),
+    ({"pre": "gpt-9000"}, "unknown pre-tokenizer type: 'gpt-9000'"),
+    ({"extra": {"tokenizer.ggml.bos_token_id": (T["i32"], 1)}},
+     "key tokenizer.ggml.bos_token_id has wrong type int32 but expected type uint32"),
+    ({"extra": {"tokenizer.ggml.add_bos_token": (T["u8"], 1)}},
+     "key tokenizer.ggml.add_bos_token has wrong type uint8 but expected type bool"),
+    ({"extra": {"tokenizer.ggml.token_type": (T["arr"], (T["i32"], [1] * 299))}},
+     "Index out of array bounds for toktypes (299 < 300)"),
+    ({"extra": {"tokenizer.ggml.scores": (T["arr"], (T["f64"], [0.0] * 300))}},
+     "invalid gguf type for tokenizer.ggml.scores"),
+    ({"model": "sentencepiece"}, "unknown tokenizer: 'sentencepiece'"),
+])
+def test_files_llama_cpp_refuses_are_not_compatible(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    bad = _hdr(tmp_path, "bad", **kwargs)
+    v = vocab_params(bad)
+    assert v["loads"] is False and message in v["load_error"] and v["load_failure"] == "throws"
+    for target, draft, side in ((_hdr(tmp_path, "ok"), bad, "draft"), (bad, _hdr(tmp_path, "ok2"), "target")):
+        r = compat_report(target, draft)
+        assert r["compatible"] is False and r["loads"] is False and r["server_outcome"] == "refuses-to-start"
+        assert r["reasons"][0].startswith(f"{side}: will not load: ") and message in r["reasons"][0]
+        assert "exits" in r["reasons"][0]
+
+
+def test_kimi_k2_needs_no_merges(tmp_path: Path) -> None:
+    assert vocab_params(_hdr(tmp_path, "k", pre="kimi-k2", merges=False))["loads"] is True
+    # the gemma4 model has no such exception
+    assert vocab_params(_hdr(tmp_path, "g", model="gemma4", pre="kimi-k2", merges=False))["loads"] is False
+
+
+def test_duplicate_loaded_texts_abort(tmp_path: Path) -> None:
+    dup = list(BASE_TOKENS)
+    dup[20] = b"<t10>\x00x"  # cut at NUL it equals token 10
+    r = compat_report(_hdr(tmp_path, "t"), _hdr(tmp_path, "d", tokens=dup))
+    assert r["server_outcome"] == "aborts-at-start" and not r["compatible"]
+    assert "tokens 10 and 20 load with the same text" in r["reasons"][0]

@@ -1,0 +1,45 @@
+"""Every role's meta/argument_specs.yml parses into options with only argument-spec keys.
+
+A flow-style description with a comma (``{description: Warm-up requests, not measured.}``) cuts the
+sentence and adds a stray key (``not measured.``) that ansible-doc renders and the spec check ignores.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC_KEYS = {"type", "default", "description", "choices", "elements", "required", "options", "no_log",
+             "aliases", "version_added", "required_if", "mutually_exclusive", "required_together",
+             "required_one_of", "apply_defaults"}
+ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_specs.yml"))
+
+
+def _options(options: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, spec in options.items():
+        out.append((f"{where}.{name}", spec))
+        if isinstance(spec, dict) and isinstance(spec.get("options"), dict):
+            out += _options(spec["options"], f"{where}.{name}")
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_options_hold_only_argument_spec_keys(role: str) -> None:
+    spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    for entry, body in spec["argument_specs"].items():
+        for name, option in _options(body.get("options") or {}, f"{role}:{entry}"):
+            assert isinstance(option, dict), name
+            stray = sorted(set(option) - SPEC_KEYS)
+            assert stray == [], f"{name}: stray keys {stray} (a flow-style description cut at a comma?)"
+            description = option.get("description")
+            assert isinstance(description, (str, list)) and description, name
+
+
+def test_spec_ab_warmup_description_is_whole() -> None:
+    spec = yaml.safe_load((ROOT / "roles" / "spec_ab" / "meta" / "argument_specs.yml").read_text())
+    assert spec["argument_specs"]["main"]["options"]["spec_ab_warmup"]["description"] == \
+        "Warm-up requests, not measured."
