@@ -66,6 +66,13 @@ test: venv collection llama-server
 	$(MAKE) --no-print-directory molecule-build
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
 
+# spec_compat against the real server on every ordered pair of llama.cpp's own vocabulary files (361 server
+# starts; `make test` runs a sample of them).
+.PHONY: test-vocab-pairs
+test-vocab-pairs: venv collection llama-server
+	LLMFLEET_VOCAB_PAIRS=all LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) \
+	  $(PY) -m pytest -q tests/integration/test_spec_compat_vocab_server.py
+
 # podman, runc and debootstrap (Debian packages), installed when missing.
 define container_tools
 command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
