@@ -423,34 +423,48 @@ class _Collect:
 _SWAP_CODE = {2: "H", 4: next(c for c in "IL" if array(c).itemsize == 4), 8: "Q"}
 
 
+class _StringStore:
+    """The header buffer and its byte order, shared by all the STRING values of one header."""
+
+    __slots__ = ("buf", "u64")
+
+    def __init__(self, buf: Any, order: str) -> None:
+        self.buf = buf
+        self.u64 = struct.Struct(order + "Q").unpack_from
+
+
 class KV:
-    """One key/value. A STRING value is kept as its span in the header bytes and decoded (invalid
-    UTF-8 replaced) only when ``value`` is read; :meth:`raw_bytes` gives the bytes as stored."""
+    """One key/value. A STRING value is kept as its offset in the header bytes (one int, not a copy)
+    and decoded, invalid UTF-8 replaced, only when ``value`` is read; :meth:`raw_bytes` gives the
+    bytes as stored."""
 
-    __slots__ = ("_buf", "_value", "end", "key", "offset", "start", "vtype")
+    __slots__ = ("_store", "_value", "key", "offset", "vtype")
 
-    def __init__(self, key: str, vtype: ValueType, value: Any, offset: int,
-                 buf: Any = None, start: int = 0, end: int = 0) -> None:
+    def __init__(self, key: str, vtype: ValueType, value: Any, offset: int, store: _StringStore | None = None) -> None:
         self.key = key
         self.vtype = vtype
-        self._value = value
-        self.offset = offset  # first byte of the key
-        self._buf = buf       # STRING values: the header buffer and the string's span in it
-        self.start = start
-        self.end = end
+        self._value = value    # STRING values: the offset of the string's first byte
+        self.offset = offset   # first byte of the key
+        self._store = store
+
+    def _span(self) -> tuple[int, int]:
+        store, start = self._store, self._value
+        return start, start + store.u64(store.buf, start - 8)[0]
 
     @property
     def value(self) -> Any:
-        if self._buf is not None:
-            with memoryview(self._buf) as mv:
-                return str(mv[self.start:self.end], "utf-8", "replace")
-        return self._value
+        if self._store is None:
+            return self._value
+        start, end = self._span()
+        with memoryview(self._store.buf) as mv:
+            return str(mv[start:end], "utf-8", "replace")
 
     def raw_bytes(self) -> bytes:
         """A STRING value's bytes exactly as stored."""
-        if self._buf is None:
+        if self._store is None:
             raise TypeError(f"{self.key}: raw_bytes() needs a STRING value")
-        return bytes(self._buf[self.start:self.end])
+        start, end = self._span()
+        return bytes(self._store.buf[start:end])
 
     def python(self) -> Any:
         value = self.value
@@ -747,6 +761,7 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         raise p.fail(8, f"tensor count {hdr.tensor_count} is more than this reader accepts ({MAX_TENSOR_COUNT}); "
                         "real models have at most a few thousand tensors, so the header is corrupt")
     hdr.kv_count, pos = p.read_count(pos, _MIN_KV_BYTES, "key/value")
+    strings = _StringStore(buf.data, order)
     if hdr.kv_count > MAX_KV_COUNT:
         raise p.fail(16, f"key/value count {hdr.kv_count} is more than this reader accepts ({MAX_KV_COUNT}); "
                          "real models have a few dozen keys, so the header is corrupt")
@@ -761,7 +776,7 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
             raise p.fail(pos - 4, f"unknown value type {vtype} for key {key!r}")
         if vtype == ValueType.STRING:
             start, pos = p.read_span(pos, "string")
-            hdr.kv[key] = KV(key, ValueType.STRING, None, at, buf.data, start, pos)
+            hdr.kv[key] = KV(key, ValueType.STRING, start, at, strings)
         else:
             value, pos = p.read_value(vtype, pos)
             hdr.kv[key] = KV(key, ValueType(vtype), value, at)
@@ -838,4 +853,6 @@ def read_header(location: str, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYT
 def tokens_sha256(tokens: Array, limit: int | None = None) -> str:
     """Hex sha256 over the first ``limit`` tokens (all when None), each encoded as a GGUF string:
     u64 little-endian byte length, then its UTF-8 bytes — whatever the file's byte order."""
-    return hashlib.sha256(tokens.canonical_bytes(limit)).hexdigest()
+    h = hashlib.sha256()
+    tokens.feed(h, limit)  # in pieces, from the header buffer: no copy of the vocabulary
+    return h.hexdigest()
