@@ -459,12 +459,19 @@ class KV:
         with memoryview(self._store.buf) as mv:
             return str(mv[start:end], "utf-8", "replace")
 
-    def raw_bytes(self) -> bytes:
-        """A STRING value's bytes exactly as stored."""
+    def raw_bytes(self, limit: int | None = None) -> bytes:
+        """A STRING value's bytes exactly as stored (its first ``limit`` bytes when given)."""
         if self._store is None:
             raise TypeError(f"{self.key}: raw_bytes() needs a STRING value")
         start, end = self._span()
+        if limit is not None:
+            end = min(end, start + limit)
         return bytes(self._store.buf[start:end])
+
+    def byte_length(self) -> int:
+        """A STRING value's length in bytes."""
+        start, end = self._span()
+        return end - start
 
     def python(self) -> Any:
         value = self.value

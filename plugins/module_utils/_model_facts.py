@@ -54,9 +54,9 @@ def _describe(kv: KV) -> str:
     if kv.vtype == ValueType.ARRAY:
         return f"an array of {kv.value.count} {_TYPE_NAMES[kv.value.elem_type]}"
     if kv.vtype == ValueType.STRING:
-        raw = kv.raw_bytes()
-        text = raw[:40].decode("utf-8", "replace") + ("..." if len(raw) > 40 else "")
-        return f"a string ({len(raw)} bytes) {text!r}"
+        size = kv.byte_length()
+        text = kv.raw_bytes(40).decode("utf-8", "replace") + ("..." if size > 40 else "")
+        return f"a string ({size} bytes) {text!r}"
     return f"a {_TYPE_NAMES[kv.vtype]} {kv.value!r}"
 
 
