@@ -356,7 +356,7 @@ def run_chunk(ids: list[int], deadline: float) -> dict[str, Any]:
 
 
 def fuzz(cases: int, *, seed: int = 11, jobs: int = 2, mem_cap_mib: int = 512, deadline: float = 5.0,
-         vocab_paths: list[str] | None = None, chunk: int = 250) -> dict[str, Any]:
+         vocab_paths: list[str] | None = None, chunk: int = 250, progress: bool = False) -> dict[str, Any]:
     """Run cases 0..cases-1 in ``jobs`` worker processes; return counts, samples, peak RSS and time."""
     vocab_paths = sorted(glob.glob(VOCAB_GLOB)) if vocab_paths is None else vocab_paths
     totals = dict.fromkeys(OUTCOMES, 0)
@@ -373,6 +373,9 @@ def fuzz(cases: int, *, seed: int = 11, jobs: int = 2, mem_cap_mib: int = 512, d
                 samples.extend(res["samples"])
                 peak_kib = max(peak_kib, res["rss_kib"])
                 slowest = max(slowest, res["slowest"])
+                done = sum(totals.values())
+                if progress and done % 10_000 < chunk:
+                    print(f"{done:,} / {cases:,} cases, {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return {"cases": cases, "counts": totals, "samples": samples, "peak_rss_mib": peak_kib / 1024,
             "slowest_s": slowest, "wall_s": time.perf_counter() - start, "vocab_files": len(vocab_paths),
             "mem_cap_mib": mem_cap_mib, "jobs": jobs, "seed": seed,
@@ -426,7 +429,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.replay is not None:
         return replay(args.replay, args.seed)
-    r = fuzz(args.cases, seed=args.seed, jobs=args.jobs, mem_cap_mib=args.mem_cap_mib, deadline=args.deadline)
+    r = fuzz(args.cases, seed=args.seed, jobs=args.jobs, mem_cap_mib=args.mem_cap_mib, deadline=args.deadline,
+             progress=True)
     print(table(r))
     for i, outcome, detail in r["samples"][:20]:
         print(f"case {i}: {outcome}: {detail}   (replay: --replay {i} --seed {args.seed})")
