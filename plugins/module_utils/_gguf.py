@@ -8,7 +8,8 @@ or truncated file costs bounded memory and ends in :class:`GGUFError` naming the
 
 Values are kept lazily: scalars are decoded, strings and arrays (nested ones too) are views over
 the one header buffer, decoded only when asked, so a 248k-token vocabulary parses in one length walk
-and the reader holds about one byte of memory per header byte (``make benchmark`` measures it).
+and the reader holds about one byte of memory per header byte (``benchmarks/gguf_memory.py``,
+run by ``make fuzz``, measures it).
 The key/value and tensor tables are the only per-item Python objects; their counts are capped
 (:data:`MAX_KV_COUNT`, :data:`MAX_TENSOR_COUNT`) so that tiny hostile items cannot multiply memory.
 """
