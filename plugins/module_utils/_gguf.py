@@ -435,21 +435,23 @@ class _StringStore:
 
 
 class KV:
-    """One key/value. A STRING value is kept as its offset in the header bytes (one int, not a copy)
-    and decoded, invalid UTF-8 replaced, only when ``value`` is read; :meth:`raw_bytes` gives the
-    bytes as stored."""
+    """One key/value. A STRING value is not copied: it is found again in the header bytes from the
+    key's offset and decoded, invalid UTF-8 replaced, only when ``value`` is read; :meth:`raw_bytes`
+    gives the bytes as stored."""
 
     __slots__ = ("_store", "_value", "key", "offset", "vtype")
 
     def __init__(self, key: str, vtype: ValueType, value: Any, offset: int, store: _StringStore | None = None) -> None:
         self.key = key
         self.vtype = vtype
-        self._value = value    # STRING values: the offset of the string's first byte
+        self._value = value    # None for STRING values (see _span)
         self.offset = offset   # first byte of the key
         self._store = store
 
     def _span(self) -> tuple[int, int]:
-        store, start = self._store, self._value
+        # key length (u64), key, value type (u32), string length (u64), string: all already validated
+        store = self._store
+        start = self.offset + 8 + store.u64(store.buf, self.offset)[0] + 4 + 8
         return start, start + store.u64(store.buf, start - 8)[0]
 
     @property
@@ -783,8 +785,8 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         if vtype not in ValueType.__members__.values():
             raise p.fail(pos - 4, f"unknown value type {vtype} for key {key!r}")
         if vtype == ValueType.STRING:
-            start, pos = p.read_span(pos, "string")
-            hdr.kv[key] = KV(key, ValueType.STRING, start, at, strings)
+            pos = p.read_span(pos, "string")[1]
+            hdr.kv[key] = KV(key, ValueType.STRING, None, at, strings)
         else:
             value, pos = p.read_value(vtype, pos)
             hdr.kv[key] = KV(key, ValueType(vtype), value, at)
