@@ -136,6 +136,16 @@ molecule-build: venv collection llama-server models
 benchmark: venv collection
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py
 
+# Hostile GGUF headers. First the reader's memory per header byte on real-sized and degenerate headers
+# (goal: <= 3), then 100,000 mutated headers through read_header, model_facts and the module result's
+# serialisation, in two worker processes under a memory cap and a per-case deadline; prints the outcome
+# table (goal: no other exception, nothing over 1 s, no memory error). About ten minutes on two cores;
+# reads llama.cpp's vocabulary files from $(CACHE).
+.PHONY: fuzz
+fuzz: venv collection
+	PYTHONPATH=tests:benchmarks:.build/collections $(PY) benchmarks/gguf_memory.py
+	PYTHONPATH=.build/collections $(PY) benchmarks/fuzz_gguf.py --cases $${FUZZ_CASES:-100000}
+
 # The A/B protocol's overhead on the demo container host (molecule/ab's container; not beside make molecule).
 benchmark-ab: venv collection llama-server models
 	@$(container_tools)

@@ -6,8 +6,12 @@ and not further than ``max_header_bytes``; every count read from the file is che
 bytes the file (or that limit) can still back before anything is built from it, so a hostile
 or truncated file costs bounded memory and ends in :class:`GGUFError` naming the byte offset.
 
-Values are kept lazily: scalars are decoded, arrays are :class:`Array` views over the header bytes
-(strings decoded only when asked), so a 248k-token vocabulary parses in one length walk.
+Values are kept lazily: scalars are decoded, strings and arrays (nested ones too) are views over
+the one header buffer, decoded only when asked, so a 248k-token vocabulary parses in one length walk
+and the reader holds about one byte of memory per header byte (``benchmarks/gguf_memory.py``,
+run by ``make fuzz``, measures it).
+The key/value and tensor tables are the only per-item Python objects; their counts are capped
+(:data:`MAX_KV_COUNT`, :data:`MAX_TENSOR_COUNT`) so that tiny hostile items cannot multiply memory.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import hashlib
 import os
 import re
 import struct
+from array import array
 from enum import IntEnum
 from typing import Any, Iterator
 
@@ -29,6 +34,12 @@ GGML_MAX_DIMS = 4
 GGML_MAX_NAME = 64
 MAX_NESTING = 8
 INT64_MAX = (1 << 63) - 1
+# Real models carry a few dozen keys and at most a few thousand tensors. Each key or tensor costs a
+# few hundred bytes of Python objects for as little as 13 (32) header bytes, so without a cap a header
+# made of tiny items would cost 10-20 bytes of memory per header byte.
+MAX_KV_COUNT = 1 << 16
+MAX_TENSOR_COUNT = 1 << 16
+HASH_CHUNK = 1 << 20  # bytes fed to a hash at a time when re-encoding big-endian arrays
 
 DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
 DEFAULT_FIRST_READ = 8 * 1024 * 1024
@@ -286,20 +297,44 @@ def open_source(location: str, **http_options: Any) -> FileSource | HttpSource:
 # Parsed records
 
 
+def _array_span(buf: Any, order: str, pos: int) -> tuple[ValueType, int, int, int]:
+    """Element type, count, first element byte and end of an array the parser already validated."""
+    elem_type, count = struct.unpack_from(order + "IQ", buf, pos)
+    start = pos + 12
+    elem_type = ValueType(elem_type)
+    if elem_type == ValueType.STRING:
+        return elem_type, count, start, _strings_end(buf, order, start, count)
+    if elem_type == ValueType.ARRAY:
+        end = start
+        for _ in range(count):
+            end = _array_span(buf, order, end)[3]
+        return elem_type, count, start, end
+    return elem_type, count, start, start + count * _SCALAR[elem_type][1]
+
+
+def _strings_end(buf: Any, order: str, pos: int, count: int) -> int:
+    unpack = struct.Struct(order + "Q").unpack_from
+    for _ in range(count):
+        pos += 8 + unpack(buf, pos)[0]
+    return pos
+
+
 class Array:
-    """A lazily decoded GGUF array: element type, count, and its span in the header bytes."""
+    """A lazily decoded GGUF array: element type, count, and its span in the header bytes.
 
-    __slots__ = ("_buf", "_items", "_order", "count", "elem_type", "end", "start")
+    Nothing is decoded at parse time, nested arrays included: each element is found again in the
+    header buffer when asked for, so an array costs one small object whatever it holds.
+    """
 
-    def __init__(self, elem_type: ValueType, count: int, start: int, end: int, buf: Any, order: str,
-                 items: list[Any] | None = None) -> None:
+    __slots__ = ("_buf", "_order", "count", "elem_type", "end", "start")
+
+    def __init__(self, elem_type: ValueType, count: int, start: int, end: int, buf: Any, order: str) -> None:
         self.elem_type = elem_type
         self.count = count
         self.start = start  # first byte of the first element
         self.end = end      # one past the last byte of the last element
         self._buf = buf
         self._order = order
-        self._items = items  # nested arrays are kept decoded (they are small in practice)
 
     def __len__(self) -> int:
         return self.count
@@ -311,53 +346,153 @@ class Array:
         """Each string element as raw bytes (for STRING arrays)."""
         if self.elem_type != ValueType.STRING:
             raise TypeError("iter_bytes() needs a STRING array")
+        for pos, length in self._string_spans(limit):
+            yield bytes(self._buf[pos:pos + length])
+
+    def _string_spans(self, limit: int | None) -> Iterator[tuple[int, int]]:
         buf = self._buf
         unpack = struct.Struct(self._order + "Q").unpack_from
         pos = self.start
-        n = self.count if limit is None else min(limit, self.count)
-        for _ in range(n):
+        for _ in range(self.count if limit is None else min(limit, self.count)):
             (length,) = unpack(buf, pos)
-            pos += 8
-            yield bytes(buf[pos:pos + length])
-            pos += length
+            yield pos + 8, length
+            pos += 8 + length
+
+    def iter_arrays(self, limit: int | None = None) -> Iterator[Array]:
+        """Each element of a nested array, as an Array view (for ARRAY arrays)."""
+        if self.elem_type != ValueType.ARRAY:
+            raise TypeError("iter_arrays() needs an ARRAY array")
+        pos = self.start
+        for _ in range(self.count if limit is None else min(limit, self.count)):
+            elem_type, count, start, end = _array_span(self._buf, self._order, pos)
+            yield Array(elem_type, count, start, end, self._buf, self._order)
+            pos = end
 
     def to_list(self, limit: int | None = None) -> list[Any]:
         n = self.count if limit is None else min(limit, self.count)
-        if self._items is not None:
-            return [v.to_list() if isinstance(v, Array) else v for v in self._items[:n]]
+        if self.elem_type == ValueType.ARRAY:
+            return [a.to_list() for a in self.iter_arrays(n)]
         if self.elem_type == ValueType.STRING:
             return [b.decode("utf-8", "replace") for b in self.iter_bytes(n)]
         fmt = _SCALAR[self.elem_type][0]
         return list(struct.unpack_from(f"{self._order}{n}{fmt}", self._buf, self.start))
 
+    def feed(self, sink: Any, limit: int | None = None) -> None:
+        """Pass the first ``limit`` elements (all when None) to ``sink.update`` encoded little-endian,
+        as a little-endian GGUF file stores them, in pieces: the raw bytes as stored, byte-swapped
+        when the file is big-endian, never decoded (two different byte strings never hash alike)."""
+        n = self.count if limit is None else min(limit, self.count)
+        buf, order = self._buf, self._order
+        if self.elem_type == ValueType.ARRAY:
+            for a in self.iter_arrays(n):
+                sink.update(struct.pack("<IQ", a.elem_type, a.count))
+                a.feed(sink)
+            return
+        if self.elem_type == ValueType.STRING:
+            if order == "<":
+                end = _strings_end(buf, order, self.start, n) if n < self.count else self.end
+                with memoryview(buf) as mv:
+                    sink.update(mv[self.start:end])
+                return
+            out = bytearray()
+            with memoryview(buf) as mv:
+                for pos, length in self._string_spans(n):
+                    out += struct.pack("<Q", length)
+                    out += mv[pos:pos + length]
+                    if len(out) >= HASH_CHUNK:
+                        sink.update(out)
+                        out.clear()
+            sink.update(out)
+            return
+        size = _SCALAR[self.elem_type][1]
+        end = self.start + n * size
+        with memoryview(buf) as mv:
+            if order == "<" or size == 1:
+                sink.update(mv[self.start:end])
+                return
+            step = HASH_CHUNK - HASH_CHUNK % size
+            for pos in range(self.start, end, step):
+                words = array(_SWAP_CODE[size])
+                words.frombytes(mv[pos:min(pos + step, end)])
+                words.byteswap()
+                sink.update(words)
+
     def canonical_bytes(self, limit: int | None = None) -> bytes:
         """The elements encoded little-endian, as a little-endian GGUF file stores them."""
-        n = self.count if limit is None else min(limit, self.count)
-        if self._order == "<" and self._items is None:
-            if n == self.count:
-                return bytes(self._buf[self.start:self.end])
-            if self.elem_type != ValueType.STRING:
-                return bytes(self._buf[self.start:self.start + n * _SCALAR[self.elem_type][1]])
-            return b"".join(struct.pack("<Q", len(b)) + b for b in self.iter_bytes(n))
-        if self._items is not None:
-            return b"".join(encode_value(self.elem_type, v) for v in self._items[:n])
-        if self.elem_type == ValueType.STRING:
-            return b"".join(struct.pack("<Q", len(b)) + b for b in self.iter_bytes(n))
-        fmt, _ = _SCALAR[self.elem_type]
-        return struct.pack(f"<{n}{fmt}", *self.to_list(n))
+        out = _Collect()
+        self.feed(out, limit)
+        return bytes(out.data)
+
+
+class _Collect:
+    """A sink for :meth:`Array.feed` that keeps the bytes."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def update(self, piece: Any) -> None:
+        self.data += piece
+
+
+# array typecodes by item size, for byte-swapping big-endian elements exactly (floats and NaNs too)
+_SWAP_CODE = {2: "H", 4: next(c for c in "IL" if array(c).itemsize == 4), 8: "Q"}
+
+
+class _StringStore:
+    """The header buffer and its byte order, shared by all the STRING values of one header."""
+
+    __slots__ = ("buf", "u64")
+
+    def __init__(self, buf: Any, order: str) -> None:
+        self.buf = buf
+        self.u64 = struct.Struct(order + "Q").unpack_from
 
 
 class KV:
-    __slots__ = ("key", "offset", "value", "vtype")
+    """One key/value. A STRING value is not copied: it is found again in the header bytes from the
+    key's offset and decoded, invalid UTF-8 replaced, only when ``value`` is read; :meth:`raw_bytes`
+    gives the bytes as stored."""
 
-    def __init__(self, key: str, vtype: ValueType, value: Any, offset: int) -> None:
+    __slots__ = ("_store", "_value", "key", "offset", "vtype")
+
+    def __init__(self, key: str, vtype: ValueType, value: Any, offset: int, store: _StringStore | None = None) -> None:
         self.key = key
         self.vtype = vtype
-        self.value = value
-        self.offset = offset
+        self._value = value    # None for STRING values (see _span)
+        self.offset = offset   # first byte of the key
+        self._store = store
+
+    def _span(self) -> tuple[int, int]:
+        # key length (u64), key, value type (u32), string length (u64), string: all already validated
+        store = self._store
+        start = self.offset + 8 + store.u64(store.buf, self.offset)[0] + 4 + 8
+        return start, start + store.u64(store.buf, start - 8)[0]
+
+    @property
+    def value(self) -> Any:
+        if self._store is None:
+            return self._value
+        start, end = self._span()
+        with memoryview(self._store.buf) as mv:
+            return str(mv[start:end], "utf-8", "replace")
+
+    def raw_bytes(self, limit: int | None = None) -> bytes:
+        """A STRING value's bytes exactly as stored (its first ``limit`` bytes when given)."""
+        if self._store is None:
+            raise TypeError(f"{self.key}: raw_bytes() needs a STRING value")
+        start, end = self._span()
+        if limit is not None:
+            end = min(end, start + limit)
+        return bytes(self._store.buf[start:end])
+
+    def byte_length(self) -> int:
+        """A STRING value's length in bytes."""
+        start, end = self._span()
+        return end - start
 
     def python(self) -> Any:
-        return self.value.to_list() if isinstance(self.value, Array) else self.value
+        value = self.value
+        return value.to_list() if isinstance(value, Array) else value
 
 
 class TensorInfo:
@@ -534,24 +669,25 @@ class _Parser:
                                  f"{max(room, 0)} remain before {self.buf.limit_text()}")
         return count, end
 
-    def read_bytes(self, pos: int, what: str) -> tuple[bytes, int]:
+    def read_span(self, pos: int, what: str) -> tuple[int, int]:
+        """A length-prefixed string's span [start, end) in the buffer, made available, not copied."""
         length, start = self.read_u64(pos)
         if length > self.buf.room(start):
             raise self.fail(pos, f"{what} length {length} runs past {self.buf.limit_text()}")
         self.buf.ensure(start + length, pos)
-        return bytes(self.buf.data[start:start + length]), start + length
+        return start, start + length
 
     def read_str(self, pos: int, what: str) -> tuple[str, int]:
-        raw, end = self.read_bytes(pos, what)
+        start, end = self.read_span(pos, what)
         try:
-            return raw.decode("utf-8"), end
+            # decoded straight from the buffer (no copy); the view is released before the buffer grows
+            with memoryview(self.buf.data) as mv:
+                return str(mv[start:end], "utf-8"), end
         except UnicodeDecodeError as exc:
             raise self.fail(pos, f"{what} is not valid UTF-8 ({exc.reason} at byte {pos + 8 + exc.start})") from None
 
     def read_value(self, vtype: int, pos: int, depth: int = 0) -> tuple[Any, int]:
-        if vtype == ValueType.STRING:
-            raw, end = self.read_bytes(pos, "string")
-            return raw.decode("utf-8", "replace"), end
+        """A scalar or an Array; STRING values are read with :meth:`read_span` instead."""
         if vtype == ValueType.ARRAY:
             return self.read_array(pos, depth)
         try:
@@ -578,19 +714,17 @@ class _Parser:
         if elem_type == ValueType.ARRAY:
             count, p = self.read_count(p, 12, "nested array")
             start = p
-            items = []
-            for _ in range(count):
-                item, p = self.read_array(p, depth + 1)
-                items.append(item)
-            return Array(elem_type, count, start, p, self.buf.data, self.order, items), p
+            for _ in range(count):  # validated now, kept as a view: elements are found again on demand
+                p = self.read_array(p, depth + 1)[1]
+            return Array(elem_type, count, start, p, self.buf.data, self.order), p
         size = _SCALAR[elem_type][1]
         count, p = self.read_count(p, size, "array")
         end = p + count * size
         self.buf.ensure(end, pos)
         if elem_type == ValueType.BOOL:
-            bad = next((i for i in range(p, end) if self.buf.data[i] > 1), None)
+            bad = _NOT_BOOL.search(self.buf.data, p, end)
             if bad is not None:
-                raise self.fail(bad, f"bool value {self.buf.data[bad]} is neither 0 nor 1")
+                raise self.fail(bad.start(), f"bool value {bad.group()[0]} is neither 0 nor 1")
         return Array(elem_type, count, p, end, self.buf.data, self.order), end
 
     def skip_strings(self, pos: int, count: int) -> int:
@@ -613,6 +747,9 @@ class _Parser:
                 data, have = buf.data, len(buf.data)
             pos = end
         return pos
+
+
+_NOT_BOOL = re.compile(rb"[^\x00\x01]")
 
 
 def _detect_order(name: str, head: bytes) -> tuple[str, int]:
@@ -644,7 +781,14 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
     hdr.byte_order = "little" if order == "<" else "big"
 
     hdr.tensor_count, pos = p.read_count(8, _MIN_TENSOR_BYTES, "tensor")
+    if hdr.tensor_count > MAX_TENSOR_COUNT:
+        raise p.fail(8, f"tensor count {hdr.tensor_count} is more than this reader accepts ({MAX_TENSOR_COUNT}); "
+                        "real models have at most a few thousand tensors, so the header is corrupt")
     hdr.kv_count, pos = p.read_count(pos, _MIN_KV_BYTES, "key/value")
+    strings = _StringStore(buf.data, order)
+    if hdr.kv_count > MAX_KV_COUNT:
+        raise p.fail(16, f"key/value count {hdr.kv_count} is more than this reader accepts ({MAX_KV_COUNT}); "
+                         "real models have a few dozen keys, so the header is corrupt")
 
     for _ in range(hdr.kv_count):
         at = pos
@@ -654,8 +798,12 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         vtype, pos = p.read_u32(pos)
         if vtype not in ValueType.__members__.values():
             raise p.fail(pos - 4, f"unknown value type {vtype} for key {key!r}")
-        value, pos = p.read_value(vtype, pos)
-        hdr.kv[key] = KV(key, ValueType(vtype), value, at)
+        if vtype == ValueType.STRING:
+            pos = p.read_span(pos, "string")[1]
+            hdr.kv[key] = KV(key, ValueType.STRING, None, at, strings)
+        else:
+            value, pos = p.read_value(vtype, pos)
+            hdr.kv[key] = KV(key, ValueType(vtype), value, at)
 
     align_kv = hdr.kv.get("general.alignment")
     if align_kv is not None:
@@ -699,6 +847,9 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         hdr.tensors.append(TensorInfo(tname, tuple(dims), ttype, offset, at))
 
     hdr.header_bytes = pos
+    # The buffer may hold up to one read chunk past the header: give that memory back (no view of
+    # the buffer is alive here, so it may shrink).
+    del buf.data[pos:]
     hdr.data_offset = pos + (-pos % hdr.alignment) if hdr.tensor_count else pos
     hdr.file_size = source.size
     if check_data and source.size is not None and hdr.tensors:
@@ -726,4 +877,6 @@ def read_header(location: str, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYT
 def tokens_sha256(tokens: Array, limit: int | None = None) -> str:
     """Hex sha256 over the first ``limit`` tokens (all when None), each encoded as a GGUF string:
     u64 little-endian byte length, then its UTF-8 bytes — whatever the file's byte order."""
-    return hashlib.sha256(tokens.canonical_bytes(limit)).hexdigest()
+    h = hashlib.sha256()
+    tokens.feed(h, limit)  # in pieces, from the header buffer: no copy of the vocabulary
+    return h.hexdigest()

@@ -3,6 +3,11 @@
 
 No I/O here. Where llama.cpp derives a fact (recurrent layers of a hybrid, the speculative type it
 would infer from a draft), the rule is the one in the llama.cpp tree the project pins, cited inline.
+
+Nothing read from the header is trusted: every key a fact comes from is checked for its type and
+range before it is used, and no per-layer structure is longer than llama.cpp's own layer limit.
+A key of the wrong type or out of range is a :class:`GGUFError` naming the key, what it holds, the
+file and the byte offset; only ``general.architecture`` that is not a string reads as unknown (null).
 """
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import hashlib
 import struct
 from typing import Any
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
+    KV,
     Array,
     GGUFHeader,
     ValueType,
@@ -20,6 +27,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
 )
 
 TOKENS_SHA_PREFIX = 2000
+# src/llama-hparams.h LLAMA_MAX_LAYERS; src/llama-model.cpp load_hparams asserts
+# 0 < block_count <= LLAMA_MAX_LAYERS, and get_key_or_arr refuses a per-layer array longer than it.
+LLAMA_MAX_LAYERS = 512
 
 # src/llama-arch.cpp llm_arch_is_recurrent(): every layer is recurrent, none holds a KV cache.
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
@@ -27,51 +37,177 @@ RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", 
 # layer i < n_layer (trunk, not nextn) with (i + 1) % full_attention_interval != 0 is linear attention.
 FULL_ATTENTION_INTERVAL_ARCHS = {"qwen35": 4, "qwen35moe": 4, "qwen3next": 4}
 
+_INT_TYPES = frozenset({ValueType.UINT8, ValueType.INT8, ValueType.UINT16, ValueType.INT16, ValueType.UINT32,
+                        ValueType.INT32, ValueType.UINT64, ValueType.INT64})
+_TYPE_NAMES = {ValueType.UINT8: "u8", ValueType.INT8: "i8", ValueType.UINT16: "u16", ValueType.INT16: "i16",
+               ValueType.UINT32: "u32", ValueType.INT32: "i32", ValueType.FLOAT32: "f32", ValueType.BOOL: "bool",
+               ValueType.STRING: "string", ValueType.ARRAY: "array", ValueType.UINT64: "u64",
+               ValueType.INT64: "i64", ValueType.FLOAT64: "f64"}
 
-def _per_layer(value: Any, n_layer: int) -> list[Any] | None:
-    if value is None or n_layer <= 0:
+
+# ---------------------------------------------------------------------------------------------
+# Typed reads: the one place a header value becomes a fact
+
+
+def _describe(kv: KV) -> str:
+    """What a key holds, short enough for an error message whatever its size."""
+    if kv.vtype == ValueType.ARRAY:
+        return f"an array of {kv.value.count} {_TYPE_NAMES[kv.value.elem_type]}"
+    if kv.vtype == ValueType.STRING:
+        size = kv.byte_length()
+        text = kv.raw_bytes(40).decode("utf-8", "replace") + ("..." if size > 40 else "")
+        return f"a string ({size} bytes) {text!r}"
+    return f"a {_TYPE_NAMES[kv.vtype]} {kv.value!r}"
+
+
+def _refuse(hdr: GGUFHeader, kv: KV, problem: str) -> GGUFError:
+    return GGUFError(hdr.source, kv.offset, f"key {kv.key!r} {problem}; llama.cpp does not load such a file: "
+                                            "fix the key or reconvert the model")
+
+
+def _wrong_type(hdr: GGUFHeader, kv: KV, expected: str) -> GGUFError:
+    return _refuse(hdr, kv, f"is {_describe(kv)} where {expected} is expected")
+
+
+def _check_int(hdr: GGUFHeader, kv: KV, value: int, maximum: int | None, why: str) -> int:
+    if value < 0:
+        raise _refuse(hdr, kv, f"is {value}, a negative count")
+    if maximum is not None and value > maximum:
+        raise _refuse(hdr, kv, f"is {value}, more than {maximum}{why}")
+    return value
+
+
+def _uint(hdr: GGUFHeader, key: str, maximum: int | None = None, why: str = "") -> int | None:
+    """A non-negative integer key (any integer width), or None when absent."""
+    kv = hdr.kv.get(key)
+    if kv is None:
         return None
-    if isinstance(value, Array):
-        items = value.to_list()
-        return items[:n_layer] + [items[-1] if items else 0] * max(0, n_layer - len(items))
-    return [value] * n_layer
+    if kv.vtype not in _INT_TYPES:
+        raise _wrong_type(hdr, kv, "an integer")
+    return _check_int(hdr, kv, kv.value, maximum, why)
 
 
-def _scalar_or_list(value: Any) -> Any:
-    return value.to_list() if isinstance(value, Array) else value
+def _int_any(hdr: GGUFHeader, key: str) -> int | None:
+    """An integer key of any width and sign (token ids: their range is the tokenizer's business)."""
+    kv = hdr.kv.get(key)
+    if kv is None:
+        return None
+    if kv.vtype not in _INT_TYPES:
+        raise _wrong_type(hdr, kv, "an integer")
+    return kv.value
+
+
+def _flag(hdr: GGUFHeader, key: str) -> bool | int | None:
+    """A bool key; an integer is passed on as stored (whether llama.cpp accepts it is spec_compat's call)."""
+    kv = hdr.kv.get(key)
+    if kv is None:
+        return None
+    if kv.vtype != ValueType.BOOL and kv.vtype not in _INT_TYPES:
+        raise _wrong_type(hdr, kv, "a bool")
+    return kv.value
+
+
+def _string(hdr: GGUFHeader, key: str) -> str | None:
+    kv = hdr.kv.get(key)
+    if kv is None:
+        return None
+    if kv.vtype != ValueType.STRING:
+        raise _wrong_type(hdr, kv, "a string")
+    return kv.value
+
+
+def _string_array(hdr: GGUFHeader, key: str) -> Array | None:
+    kv = hdr.kv.get(key)
+    if kv is None:
+        return None
+    if kv.vtype != ValueType.ARRAY or kv.value.elem_type != ValueType.STRING:
+        raise _wrong_type(hdr, kv, "an array of strings")
+    return kv.value
+
+
+def _per_layer_ints(hdr: GGUFHeader, key: str, n_layer: int | None, *, flags: bool = False) -> int | list[int] | None:
+    """A key llama.cpp reads with get_key_or_arr: one value for every layer, or an array with exactly
+    one entry per layer (src/llama-model-loader.cpp: "wrong array length", "n > N_MAX")."""
+    kv = hdr.kv.get(key)
+    if kv is None:
+        return None
+    allowed = _INT_TYPES | {ValueType.BOOL} if flags else _INT_TYPES
+    what = "a bool or integer" if flags else "an integer"
+    if kv.vtype != ValueType.ARRAY:
+        if kv.vtype not in allowed:
+            raise _wrong_type(hdr, kv, f"{what} or an array of them, one per layer")
+        return _check_int(hdr, kv, kv.value, None, "")
+    arr = kv.value
+    if arr.elem_type not in allowed:
+        raise _wrong_type(hdr, kv, f"{what} or an array of them, one per layer")
+    if n_layer is None:
+        if arr.count > LLAMA_MAX_LAYERS:
+            raise _refuse(hdr, kv, f"has {arr.count} entries, more than llama.cpp's {LLAMA_MAX_LAYERS} layers")
+    elif arr.count != n_layer:
+        raise _refuse(hdr, kv, f"has {arr.count} entries but block_count is {n_layer}: it needs one per layer")
+    values = arr.to_list()
+    for v in values:
+        _check_int(hdr, kv, v, None, "")
+    return [int(v) for v in values]
+
+
+def _as_list(value: int | list[int] | None, n_layer: int) -> list[int] | None:
+    if value is None:
+        return None
+    return list(value) if isinstance(value, list) else [value] * n_layer
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts
 
 
 def recurrent_layers(hdr: GGUFHeader, arch: str, n_layer_all: int, n_nextn: int) -> list[int]:
-    """Layers without a KV cache (SSM / linear attention), by llama.cpp's per-architecture rule."""
+    """Layers without a KV cache (SSM / linear attention), by llama.cpp's per-architecture rule.
+
+    ``n_layer_all`` is a checked block_count (at most LLAMA_MAX_LAYERS)."""
     if n_layer_all <= 0:
         return []
     if arch in RECURRENT_ARCHS:
         return list(range(n_layer_all))
-    explicit = hdr.get(f"{arch}.attention.recurrent_layers")
+    explicit = _per_layer_ints(hdr, f"{arch}.attention.recurrent_layers", n_layer_all, flags=True)
     if explicit is not None:
-        flags = _per_layer(explicit, n_layer_all) or []
+        flags = _as_list(explicit, n_layer_all) or []
         return [i for i, f in enumerate(flags) if f]
     n_trunk = n_layer_all - n_nextn
     if arch in FULL_ATTENTION_INTERVAL_ARCHS:
-        interval = hdr.get(f"{arch}.full_attention_interval", FULL_ATTENTION_INTERVAL_ARCHS[arch]) or 1
+        interval = _uint(hdr, f"{arch}.full_attention_interval")
+        if interval is None:
+            interval = FULL_ATTENTION_INTERVAL_ARCHS[arch]
+        interval = interval or 1
         return [i for i in range(n_layer_all) if i < n_trunk and (i + 1) % interval != 0]
     # lfm2, granitehybrid, nemotron_h, jamba, falcon-h1 ...: a layer with zero KV heads is recurrent
-    kv_heads = _per_layer(hdr.get(f"{arch}.attention.head_count_kv"), n_layer_all)
-    if kv_heads and isinstance(hdr.get(f"{arch}.attention.head_count_kv"), Array):
+    kv_heads = _per_layer_ints(hdr, f"{arch}.attention.head_count_kv", n_layer_all)
+    if isinstance(kv_heads, list):
         return [i for i, h in enumerate(kv_heads) if h == 0]
     return []
 
 
 def swa_pattern(hdr: GGUFHeader, arch: str, n_layer: int) -> list[bool] | None:
     """Per-layer sliding-window flags: the bool array, or the u32 period llama.cpp expands
-    (set_swa_pattern: every n-th layer is dense, the rest SWA; period 0 or 1 = no dense layers)."""
-    raw = hdr.get(f"{arch}.attention.sliding_window_pattern")
-    if raw is None or n_layer <= 0:
+    (set_swa_pattern: every n-th layer is dense, the rest SWA; period 0 or 1 = no dense layers).
+
+    ``n_layer`` is the trunk's checked layer count (at most LLAMA_MAX_LAYERS)."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    kv = hdr.kv.get(key)
+    if kv is None or n_layer <= 0:
         return None
-    if isinstance(raw, Array):
-        flags = _per_layer(raw, n_layer) or []
+    if kv.vtype == ValueType.ARRAY:
+        arr = kv.value
+        if arr.elem_type != ValueType.BOOL and arr.elem_type not in _INT_TYPES:
+            raise _wrong_type(hdr, kv, "a period (integer) or an array of bools, one per layer")
+        if arr.count > LLAMA_MAX_LAYERS:
+            raise _refuse(hdr, kv, f"has {arr.count} entries, more than llama.cpp's {LLAMA_MAX_LAYERS} layers")
+        items = arr.to_list(n_layer)
+        flags = items + [items[-1] if items else 0] * (n_layer - len(items))
         return [bool(f) for f in flags]
-    period = int(raw)
+    period = _uint(hdr, key)
+    if period is None:  # pragma: no cover - the key exists
+        return None
     if period <= 1:
         return [True] * n_layer
     return [(i % period) < (period - 1) for i in range(n_layer)]
@@ -106,22 +242,22 @@ def spec_type_autodetect(hdr: GGUFHeader) -> tuple[str | None, str]:
 
 
 def tokenizer_facts(hdr: GGUFHeader) -> dict[str, Any]:
-    tokens = hdr.get("tokenizer.ggml.tokens")
-    merges = hdr.get("tokenizer.ggml.merges")
+    tokens = _string_array(hdr, "tokenizer.ggml.tokens")
+    merges = _string_array(hdr, "tokenizer.ggml.merges")
     facts: dict[str, Any] = {
-        "model": hdr.get("tokenizer.ggml.model"),
-        "pre": hdr.get("tokenizer.ggml.pre"),
-        "vocab_size": len(tokens) if isinstance(tokens, Array) else 0,
-        "merges_count": len(merges) if isinstance(merges, Array) else 0,
-        "bos_token_id": hdr.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": hdr.get("tokenizer.ggml.eos_token_id"),
-        "add_bos_token": hdr.get("tokenizer.ggml.add_bos_token"),
-        "add_eos_token": hdr.get("tokenizer.ggml.add_eos_token"),
+        "model": _string(hdr, "tokenizer.ggml.model"),
+        "pre": _string(hdr, "tokenizer.ggml.pre"),
+        "vocab_size": len(tokens) if tokens is not None else 0,
+        "merges_count": len(merges) if merges is not None else 0,
+        "bos_token_id": _int_any(hdr, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": _int_any(hdr, "tokenizer.ggml.eos_token_id"),
+        "add_bos_token": _flag(hdr, "tokenizer.ggml.add_bos_token"),
+        "add_eos_token": _flag(hdr, "tokenizer.ggml.add_eos_token"),
         "tokens_sha256_2000": None,
         "tokens_sha256": None,
         "fingerprint": None,
     }
-    if isinstance(tokens, Array) and tokens.elem_type == ValueType.STRING:
+    if tokens is not None:
         facts["tokens_sha256_2000"] = tokens_sha256(tokens, TOKENS_SHA_PREFIX)
         facts["tokens_sha256"] = tokens_sha256(tokens)
     facts["fingerprint"] = tokenizer_fingerprint(hdr)
@@ -130,7 +266,10 @@ def tokenizer_facts(hdr: GGUFHeader) -> dict[str, Any]:
 
 def tokenizer_fingerprint(hdr: GGUFHeader) -> str | None:
     """sha256 over every ``tokenizer.ggml.*`` key, sorted by name, each as key string, u32 value
-    type and value in little-endian GGUF encoding: equal exactly when the tokenizers are byte-identical."""
+    type and value in little-endian GGUF encoding: equal exactly when the tokenizers are byte-identical.
+
+    Strings are hashed as the bytes stored in the file, never as decoded text: two byte strings that
+    are not valid UTF-8 would decode to the same replacement characters."""
     keys = sorted(k for k in hdr.kv if k.startswith("tokenizer.ggml."))
     if not keys:
         return None
@@ -141,28 +280,36 @@ def tokenizer_fingerprint(hdr: GGUFHeader) -> str | None:
         h.update(struct.pack("<I", kv.vtype))
         if kv.vtype == ValueType.ARRAY:
             h.update(struct.pack("<IQ", kv.value.elem_type, kv.value.count))
-            h.update(kv.value.canonical_bytes())
+            kv.value.feed(h)
         elif kv.vtype == ValueType.STRING:
-            h.update(encode_string(kv.value))
+            h.update(encode_string(kv.raw_bytes()))
         else:
             h.update(encode_value(kv.vtype, kv.value))
     return h.hexdigest()
 
 
+def _header_value(value: Any) -> Any:
+    """A header value as plain JSON-able data (arrays decoded, nested ones too)."""
+    return value.to_list() if isinstance(value, Array) else value
+
+
 def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[str] | None = None) -> dict[str, Any]:
-    """The facts dict ``gguf_info`` returns under ``gguf``."""
-    arch = hdr.get("general.architecture")
-    arch = arch if isinstance(arch, str) else None
+    """The facts dict ``gguf_info`` returns under ``gguf``: plain data only (str, int, float, bool,
+    None, lists and dicts of them), never a reader object."""
+    arch_kv = hdr.kv.get("general.architecture")
+    arch = arch_kv.value if arch_kv is not None and arch_kv.vtype == ValueType.STRING else None
     a = (arch or "") + "."
-    n_layer_all = hdr.get(a + "block_count")
-    n_layer_all = n_layer_all if isinstance(n_layer_all, int) else None
-    n_nextn = hdr.get(a + "nextn_predict_layers") or 0
-    n_nextn = n_nextn if isinstance(n_nextn, int) else 0
+    n_layer_all = _uint(hdr, a + "block_count", LLAMA_MAX_LAYERS,
+                        ", llama.cpp's layer limit (LLAMA_MAX_LAYERS in src/llama-hparams.h)")
     n_layers = n_layer_all or 0
+    n_nextn = _uint(hdr, a + "nextn_predict_layers", n_layers if n_layer_all is not None else LLAMA_MAX_LAYERS,
+                    f", the block_count {n_layers} it is part of" if n_layer_all is not None
+                    else f", llama.cpp's layer limit ({LLAMA_MAX_LAYERS})") or 0
 
     recurrent = recurrent_layers(hdr, arch or "", n_layers, n_nextn)
-    nextn_ids = list(range(n_layers - n_nextn, n_layers)) if n_nextn else []
-    kv_layers = [i for i in range(n_layers - n_nextn) if i not in set(recurrent)]
+    nextn_ids = list(range(n_layers - n_nextn, n_layers)) if n_layer_all else []
+    recurrent_set = set(recurrent)
+    kv_layers = [i for i in range(n_layers - n_nextn) if i not in recurrent_set]
 
     nextn_tensors = sorted(t.name for t in hdr.tensors if ".nextn." in t.name)
     autodetect, why = spec_type_autodetect(hdr)
@@ -176,24 +323,24 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
         "requests": hdr.requests,
         "alignment": hdr.alignment,
         "architecture": arch,
-        "name": hdr.get("general.name"),
+        "name": _string(hdr, "general.name"),
         "tensor_count": hdr.tensor_count,
         "kv_count": hdr.kv_count,
         "block_count": n_layer_all,
-        "context_length": hdr.get(a + "context_length"),
-        "embedding_length": hdr.get(a + "embedding_length"),
-        "feed_forward_length": _scalar_or_list(hdr.get(a + "feed_forward_length")),
-        "head_count": _scalar_or_list(hdr.get(a + "attention.head_count")),
-        "head_count_kv": _scalar_or_list(hdr.get(a + "attention.head_count_kv")),
-        "key_length": hdr.get(a + "attention.key_length"),
-        "value_length": hdr.get(a + "attention.value_length"),
-        "key_length_swa": hdr.get(a + "attention.key_length_swa"),
-        "value_length_swa": hdr.get(a + "attention.value_length_swa"),
-        "sliding_window": hdr.get(a + "attention.sliding_window"),
+        "context_length": _uint(hdr, a + "context_length"),
+        "embedding_length": _uint(hdr, a + "embedding_length"),
+        "feed_forward_length": _per_layer_ints(hdr, a + "feed_forward_length", n_layer_all),
+        "head_count": _per_layer_ints(hdr, a + "attention.head_count", n_layer_all),
+        "head_count_kv": _per_layer_ints(hdr, a + "attention.head_count_kv", n_layer_all),
+        "key_length": _uint(hdr, a + "attention.key_length"),
+        "value_length": _uint(hdr, a + "attention.value_length"),
+        "key_length_swa": _uint(hdr, a + "attention.key_length_swa"),
+        "value_length_swa": _uint(hdr, a + "attention.value_length_swa"),
+        "sliding_window": _uint(hdr, a + "attention.sliding_window"),
         "sliding_window_pattern": swa_pattern(hdr, arch or "", n_layers - n_nextn),
         "recurrent_layers": recurrent,
         "kv_layers": kv_layers,
-        "expert_count": hdr.get(a + "expert_count"),
+        "expert_count": _uint(hdr, a + "expert_count"),
         "mtp": {
             "nextn_predict_layers": n_nextn,
             "nextn_layers": nextn_ids,
@@ -207,5 +354,5 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
     if include_tensors:
         facts["tensors"] = [t.as_dict() for t in hdr.tensors]
     if keys:
-        facts["values"] = {k: (hdr.python(k) if k in hdr.kv else None) for k in keys}
+        facts["values"] = {k: (_header_value(hdr.kv[k].value) if k in hdr.kv else None) for k in keys}
     return facts

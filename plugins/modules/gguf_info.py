@@ -67,32 +67,92 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gguf:
-  description: The header's facts.
+  description:
+    - The header's facts. Every value is checked before it becomes a fact; a key of the wrong type or out of
+      range fails the task with the key, what it holds, the file and the byte offset.
   returned: success
   type: dict
   contains:
-    version: {description: GGUF version (2 or 3)., type: int, sample: 3}
-    byte_order: {description: C(little) or C(big)., type: str, sample: little}
-    header_bytes: {description: Offset of the end of the tensor-info table., type: int, sample: 10485760}
-    bytes_read: {description: Bytes read from the file or the network., type: int, sample: 16777216}
-    requests: {description: Reads (or HTTP requests) made., type: int, sample: 2}
-    architecture: {description: C(general.architecture)., type: str, sample: qwen35}
-    tensor_count: {description: Tensors in the file., type: int, sample: 851}
-    kv_count: {description: Header key/values., type: int, sample: 42}
-    block_count: {description: Layers, including MTP (nextn) layers., type: int, sample: 65}
-    context_length: {description: Training context length., type: int, sample: 262144}
-    embedding_length: {description: Hidden size., type: int, sample: 5120}
-    head_count: {description: Attention heads, an int or one per layer., type: raw, sample: 24}
-    head_count_kv: {description: KV heads, an int or one per layer (0 for recurrent layers)., type: raw, sample: 4}
-    key_length: {description: Key length per head when the header states it., type: int, sample: 256}
-    value_length: {description: Value length per head when the header states it., type: int, sample: 256}
-    sliding_window: {description: Sliding-window size, or null., type: int, sample: 2048}
-    sliding_window_pattern: {description: Per-layer flags (true = sliding-window layer), or null., type: list, elements: bool}
+    version:
+      description: GGUF version (2 or 3).
+      type: int
+      sample: 3
+    byte_order:
+      description: C(little) or C(big).
+      type: str
+      sample: little
+    header_bytes:
+      description: Offset of the end of the tensor-info table.
+      type: int
+      sample: 10485760
+    bytes_read:
+      description: Bytes read from the file or the network.
+      type: int
+      sample: 16777216
+    requests:
+      description: Reads (or HTTP requests) made.
+      type: int
+      sample: 2
+    architecture:
+      description: C(general.architecture), or null when it is missing or not a string.
+      type: str
+      sample: qwen35
+    tensor_count:
+      description: Tensors in the file.
+      type: int
+      sample: 851
+    kv_count:
+      description: Header key/values.
+      type: int
+      sample: 42
+    block_count:
+      description:
+        - Layers, including the MTP (nextn) layers, from C(<arch>.block_count); null when the key is absent.
+        - Any integer type is read; more than 512 (llama.cpp's C(LLAMA_MAX_LAYERS)) or a negative value fails.
+      type: int
+      sample: 65
+    context_length:
+      description: Training context length.
+      type: int
+      sample: 262144
+    embedding_length:
+      description: Hidden size.
+      type: int
+      sample: 5120
+    head_count:
+      description:
+        - Attention heads, one integer for every layer or a list with one entry per layer.
+        - A list must have exactly RV(gguf.block_count) entries, as llama.cpp requires.
+      type: raw
+      sample: 24
+    head_count_kv:
+      description: KV heads, one integer or a list with one entry per layer (0 for recurrent layers).
+      type: raw
+      sample: 4
+    key_length:
+      description: Key length per head when the header states it.
+      type: int
+      sample: 256
+    value_length:
+      description: Value length per head when the header states it.
+      type: int
+      sample: 256
+    sliding_window:
+      description: Sliding-window size; null when the header has none.
+      type: int
+      sample: 2048
+    sliding_window_pattern:
+      description: Per-layer flags (true means a sliding-window layer); null when the header has none.
+      type: list
+      elements: bool
     recurrent_layers:
       description: Layers with no KV cache (SSM or linear attention in hybrid models).
       type: list
       elements: int
-    kv_layers: {description: Trunk layers that hold a KV cache., type: list, elements: int}
+    kv_layers:
+      description: Trunk layers that hold a KV cache.
+      type: list
+      elements: int
     mtp:
       description: Multi-token-prediction (nextn) head.
       type: dict
@@ -104,7 +164,10 @@ gguf:
       type: str
       sample: draft-dflash
     tokenizer:
-      description: Tokenizer facts and fingerprints.
+      description:
+        - Tokenizer facts and fingerprints.
+        - C(tokens_sha256), C(tokens_sha256_2000) and C(fingerprint) hash the bytes stored in the file, never
+          decoded text.
       type: dict
       sample:
         model: gpt2
@@ -124,7 +187,9 @@ gguf:
       elements: dict
       returned: when requested
     values:
-      description: With O(keys), the raw value of each named key (null when absent).
+      description:
+        - With O(keys), the raw value of each named key (null when absent).
+        - Arrays come back as lists (nested arrays as nested lists) and strings with invalid UTF-8 replaced.
       type: dict
       returned: when requested
 """

@@ -364,3 +364,71 @@ def test_fuzzed_headers_fail_cleanly(valid_file: bytes, tmp_path: Path, data: st
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory: the reader keeps views over one buffer, not an object per element (bounds, not timings)
+
+
+def _traced(fn: object) -> tuple[object, int, int]:
+    """fn's result, the peak and the memory still held, as tracemalloc sees them."""
+    tracemalloc.start()
+    try:
+        result = fn()  # type: ignore[operator]
+        peak = tracemalloc.get_traced_memory()[1]
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return result, peak, held
+
+
+def test_nested_arrays_are_views_not_objects(tmp_path: Path) -> None:
+    n = 20000
+    b = Builder()
+    b.raw_kv(b.s("t.nested") + struct.pack("<IIQ", T["arr"], T["arr"], n)
+             + b"".join(struct.pack("<IQ", T["u8"], 2) + bytes([i % 256, 7]) for i in range(n)))
+    p = tmp_path / "nested.gguf"
+    p.write_bytes(b.build())
+    hdr, peak, held = _traced(lambda: read_header(str(p)))
+    size = hdr.header_bytes
+    assert held < 2 * size and peak < 3 * size, (held / size, peak / size)  # was 12 bytes per header byte
+    nested = hdr.get("t.nested")
+    assert nested.to_list(3) == [[0, 7], [1, 7], [2, 7]] and len(nested.to_list()) == n
+
+
+def test_whole_vocabulary_hash_copies_nothing(tmp_path: Path) -> None:
+    n = 300_000
+    b = Builder()
+    b.raw_kv(b.s("tokenizer.ggml.tokens") + struct.pack("<IIQ", T["arr"], T["str"], n)
+             + b"".join(b.s(b"ab"[: 1 + i % 2]) for i in range(n)))
+    p = tmp_path / "vocab.gguf"
+    p.write_bytes(b.build())
+    hdr = read_header(str(p))
+    tokens = hdr.get("tokenizer.ggml.tokens")
+    digest, peak, _ = _traced(lambda: tokens_sha256(tokens))
+    assert digest == hashlib.sha256(tokens.raw()).hexdigest()
+    assert peak < hdr.header_bytes // 4, peak  # was: the vocabulary copied twice over
+
+
+def test_string_values_keep_their_stored_bytes(tmp_path: Path) -> None:
+    b = Builder(order=">").kv("general.name", T["str"], b"caf\xc3\xa9 \xff")
+    p = tmp_path / "s.gguf"
+    p.write_bytes(b.build())
+    kv = read_header(str(p)).kv["general.name"]
+    assert kv.raw_bytes() == b"caf\xc3\xa9 \xff" and kv.value == "café \ufffd"
+
+
+@pytest.mark.parametrize(("field", "count"), [("kv", 65537), ("tensor", 65537)])
+def test_key_and_tensor_counts_are_capped(tmp_path: Path, field: str, count: int) -> None:
+    # real models have a few dozen keys and a few thousand tensors; a header of tiny items would cost
+    # hundreds of bytes of Python objects per item, so the counts are capped before anything is built
+    b = Builder()
+    if field == "kv":
+        for i in range(count):
+            b.raw_kv(b.s(b"k%d" % i) + struct.pack("<I", T["u8"]) + b"\0")
+    else:
+        for i in range(count):
+            b.tensor(f"t{i}", [32], offset=0)
+    err = _error(tmp_path, b.build())
+    assert f"count {count} is more than this reader accepts (65536)" in err.problem
+    assert err.offset == (16 if field == "kv" else 8)
