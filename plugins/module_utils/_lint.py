@@ -304,6 +304,19 @@ def _resolve_types(run: _Run, per_value: list[list[str]], config: Mapping[str, A
 
 # ------------------------------------------------------------------ stage 3: draft model and context
 
+def _vocab_load_stage(run: _Run, compat: Mapping[str, Any] | None) -> None:
+    """A target or draft whose vocabulary llama.cpp's loader refuses (spec_compat's server_outcome) stops the
+    server before any speculative type is looked at: it is an error, never 'serves without speculation'."""
+    outcome = (compat or {}).get("server_outcome")
+    if outcome not in ("refuses-to-start", "aborts-at-start"):
+        return
+    why = "; ".join(str(r) for r in (compat or {}).get("reasons") or []) or "a vocabulary llama.cpp will not load"
+    run.fatal(Outcome.ABORTS if outcome == "aborts-at-start" else Outcome.REFUSES, finding(
+        "vocab-will-not-load",
+        f"spec_compat: {why} (llama_vocab::load, src/llama-vocab.cpp)",
+        "reconvert the model named above with a current convert_hf_to_gguf.py, or fix the tokenizer key it names"))
+
+
 def _draft_load_stage(run: _Run, config: Mapping[str, Any], draft: Mapping[str, Any] | None) -> None:
     """load_model loads the draft whenever one is configured (has_dft), whatever the types: loader throws -> exit 1."""
     if not config.get("draft_model") or draft is None:
@@ -739,6 +752,9 @@ def lint_llamacpp(config: Mapping[str, Any], target: Mapping[str, Any] | None = 
     if run.outcome:
         return run.result()
     enabled = _resolve_types(run, per_value, config, draft)
+    _vocab_load_stage(run, compat)
+    if run.outcome:
+        return run.result()
     _draft_load_stage(run, config, draft)
     if run.outcome:
         return run.result()

@@ -82,7 +82,9 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds for the whole C(/metrics) request to O(endpoint), connection and body included; a server that stalls or drips is cut off then.
+    description:
+      - Seconds for the whole C(/metrics) request to O(endpoint), connection and body included.
+      - A server that stalls or drips is cut off then.
     type: int
     default: 10
 extends_documentation_fragment:

@@ -467,3 +467,15 @@ def test_module_vllm_branch(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_module(capsys, {"backend": "vllm", "vllm_version": "0.20.0",
                               "flags": ["--spec-method", "dflash", "--spec-model", "z-lab/X-DFlash", "--spec-tokens", "8"]})
     assert out["ok"] is False and [e["code"] for e in out["errors"]] == ["vllm-too-old"]
+
+
+@pytest.mark.parametrize(("server_outcome", "outcome"), [("refuses-to-start", "refuses"), ("aborts-at-start", "aborts")])
+def test_a_vocabulary_llama_cpp_will_not_load_stops_the_server_not_the_speculation(server_outcome: str,
+                                                                                   outcome: str) -> None:
+    compat = {"compatible": False, "loads": False, "server_outcome": server_outcome,
+              "reasons": ["draft: will not load: BPE vocabulary without merges"]}
+    r = lint(["--spec-type", "draft-simple", "-md", "d.gguf"], draft=DRAFT, compat=compat)
+    assert r["outcome"] == outcome
+    f = only(r, "errors", "vocab-will-not-load")
+    assert "without merges" in f["reason"]
+    assert not r["silent_off"]
