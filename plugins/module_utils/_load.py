@@ -105,7 +105,8 @@ def burst_summary(shape: str, burst: int, streams: list[dict[str, Any]]) -> dict
         "shape": shape, "burst": burst, "streams": len(streams), "failed_streams": len(streams) - len(ok),
         "tokens": tokens, "wall_s": round(wall, 6) if wall is not None else None,
         "aggregate_tok_s": tokens / wall if wall and not len(ok) < len(streams) else None,
-        # every stream was sent before the first one was answered: they overlapped at the server
+        # every stream was sent before the first one was answered: all were in flight together (decoded
+        # together when the server has as many slots; with fewer, the server queues the rest)
         "overlapped": bool(starts and ends and max(starts) < min(ends)),
     }
 

@@ -271,7 +271,8 @@ bench:
         - The load phase (schema C(llmfleet.specdec/load/1)), absent with O(concurrency=1). C(concurrency) and
           where it came from, C(server_slots), C(streams) (one record per stream, as in C(requests) plus
           C(burst), C(stream), C(started_s), C(ended_s) and C(error)), C(bursts) (per burst C(aggregate_tok_s),
-          C(wall_s), C(tokens) and C(overlapped), true when every stream was sent before the first answer came).
+          C(wall_s), C(tokens) and C(overlapped), true when every stream was sent before the first answer came;
+          with fewer slots than streams the server queues the rest).
         - C(gate) is the load gate, C(status) V(PASSED), V(INVALID) (C(mismatches) with stream, shape, prompt,
           C(kind) V(truncated) or V(altered) and the first differing C(position)), V(FAILED) (C(failures) with
           the stream and its error, C(health_after_failure)) or V(NOT MEASURED).
