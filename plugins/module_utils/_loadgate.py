@@ -19,6 +19,7 @@ rates with the intervals and verdicts of ``_stats``.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping
 
 PASSED = "PASSED"
@@ -77,6 +78,18 @@ def gate(load: Mapping[str, Any] | None, requests: Iterable[Mapping[str, Any]]) 
             "health_after_failure": load.get("health_after_failure")}
 
 
+# How a dying server shows in its unit's journal (systemd's own lines and llama.cpp's aborts).
+_DEATH = re.compile(r"SEGV|signal|dumped|core|abort|illegal|fault|exited|failed|error", re.IGNORECASE)
+
+
+def journal_excerpt(journal: Any, limit: int = 6) -> list[str]:
+    """The journal lines that say how the server died, else its last lines: the unit restarts at once, so the
+    tail is often the next process starting up, not the death."""
+    lines = [str(x) for x in journal] if isinstance(journal, list) else []
+    telling = [line for line in lines if _DEATH.search(line)]
+    return (telling or lines)[-limit:]
+
+
 def describe(g: Mapping[str, Any], round_: Any = None, journal: Any = None) -> str:
     """One line for the report's problems: what failed under load, where, and how."""
     at = f" (round {round_})" if round_ is not None else ""
@@ -87,7 +100,7 @@ def describe(g: Mapping[str, Any], round_: Any = None, journal: Any = None) -> s
         text = (f"under load ({n} streams){at}: the server stopped answering: stream {f['stream']} on {f['shape']} "
                 f"prompt {f['prompt_index']} (burst {f['burst']}): {f['error']}; /health afterwards: "
                 f"{health or 'not asked'}")
-        lines = [str(x) for x in journal][-10:] if isinstance(journal, list) else []
+        lines = journal_excerpt(journal)
         if lines:
             text += "; journal: " + " | ".join(lines)
         return text

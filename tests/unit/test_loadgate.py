@@ -79,8 +79,10 @@ def test_judge_marks_configs_that_fail_under_load_and_never_recommends_them() ->
                          "dies": {"fail": ("echo", 0, 1)}})
     for e in run["entries"]:
         if e["config"] == "dies":
+            # as read after the unit restarted: the death, then the next process starting up
             e["journal"] = ["llama-server[42]: CUDA error: an illegal memory access was encountered",
-                            "systemd[1]: llama-server.service: Main process exited, code=dumped, status=11/SEGV"]
+                            "systemd[1]: llama-server.service: Main process exited, code=dumped, status=11/SEGV",
+                            *[f"llama-server[57]: load_tensors: layer {i} assigned to device CPU" for i in range(20)]]
     j = _stats.judge(run, n_boot=200)
     status = {n: c["status"] for n, c in j["configs"].items()}
     assert status == {"baseline": "BASELINE", "good": "OK", "cut": "INVALID", "dies": "FAILED"}
@@ -88,6 +90,7 @@ def test_judge_marks_configs_that_fail_under_load_and_never_recommends_them() ->
     assert "stream 1 on prose prompt 1 (burst 0)" in j["configs"]["cut"]["problems"][0]
     dies = j["configs"]["dies"]["problems"][0]
     assert "stopped answering: stream 1 on echo prompt 1" in dies and "status=11/SEGV" in dies
+    assert "illegal memory access" in dies and "load_tensors" not in dies
     rec = j["recommendation"]
     assert rec["config"] == "good"
     assert {e["config"] for e in rec["excluded"]} == {"cut", "dies"}
