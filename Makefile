@@ -146,6 +146,11 @@ fuzz: venv collection
 	PYTHONPATH=tests:benchmarks:.build/collections $(PY) benchmarks/gguf_memory.py
 	PYTHONPATH=.build/collections $(PY) benchmarks/fuzz_gguf.py --cases $${FUZZ_CASES:-100000}
 
+# Throughput under concurrent load against one stream (-np 1, 2, 4; plain and draft-simple), with the load gate.
+.PHONY: benchmark-load
+benchmark-load: venv collection llama-server
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/load_scaling.py
+
 # The A/B protocol's overhead on the demo container host (molecule/ab's container; not beside make molecule).
 benchmark-ab: venv collection llama-server models
 	@$(container_tools)

@@ -447,7 +447,8 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 def plan_requests(seed: int = 0, sizes: Mapping[str, Any] | None = None, shapes: Any = None,
                   prompts_per_shape: int = 1, repeats: int = 3, warmup: int = 1,
-                  reuse_prompts: bool = False) -> tuple[list[Prompt], list[tuple[int, Prompt]], dict[str, list[Prompt]]]:
+                  reuse_prompts: bool = False, custom: Mapping[str, Any] | None = None,
+                  ) -> tuple[list[Prompt], list[tuple[int, Prompt]], dict[str, list[Prompt]]]:
     """(warm-up prompts, [(repeat, prompt)] in sending order, shape -> the distinct measured prompts).
 
     Order: for each repeat, for each shape, for each prompt. Without ``reuse_prompts`` every
@@ -459,10 +460,10 @@ def plan_requests(seed: int = 0, sizes: Mapping[str, Any] | None = None, shapes:
     prompts_per_shape = _check_count("prompts_per_shape", prompts_per_shape, 1)
     repeats = _check_count("repeats", repeats, 1)
     warmup = _check_count("warmup", warmup, 0)
-    names = check_shapes(shapes)
+    names = check_shapes(shapes, custom)  # custom: the operator's shapes (_traffic), after the built-in ones
     distinct = prompts_per_shape if reuse_prompts else prompts_per_shape * repeats
     extra = -(-warmup // len(names))  # warm-up prompt indices needed per shape
-    built = build_shapes(seed=seed, sizes=sizes, prompts_per_shape=distinct + extra, shapes=names)
+    built = build_shapes(seed=seed, sizes=sizes, prompts_per_shape=distinct + extra, shapes=shapes, custom=custom)
     schedule = [(repeat, built[shape][i if reuse_prompts else repeat * prompts_per_shape + i])
                 for repeat in range(repeats) for shape in names for i in range(prompts_per_shape)]
     warm = [built[shape][distinct + i] for i in range(extra) for shape in names][:warmup]
@@ -474,7 +475,8 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
               sizes: Mapping[str, Any] | None = None, timeout: float = 600, metrics: bool = True,
               validate_certs: bool = True, engine: str = "auto", model: str | None = None,
               api_key: str | None = None, reuse_prompts: bool = False,
-              total_timeout: float | None = None, client: Endpoint | None = None) -> dict[str, Any]:
+              total_timeout: float | None = None, client: Endpoint | None = None,
+              custom: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
     :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
     measurement contract. Changes nothing on the server but its counters and caches.
@@ -486,7 +488,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
     if api not in APIS:
         raise EndpointError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
     warm, schedule, measured = plan_requests(seed, sizes, shapes, prompts_per_shape, repeats, warmup,
-                                             reuse_prompts)
+                                             reuse_prompts, custom)
     started = time.perf_counter()
     client = client or Endpoint(endpoint, timeout=timeout, validate_certs=validate_certs, api_key=api_key,
                                 total_timeout=total_timeout)

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats, _traffic
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
 
 SCHEMA = "llmfleet.specdec/ab-report/1"
@@ -155,6 +155,11 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     _section(out, "Status", _status_section(j))
     for shape in j["shapes"]:
         _section(out, f"Shape: {shape}", _shape_table(j, shape))
+    if j.get("load"):
+        _section(out, "Under concurrent load", _load_tables(j))
+    ngram = _traffic.ngram_rows(document.get("entries") or [], j["baseline"])
+    if ngram:
+        _section(out, "Can n-gram drafting help? (prompts against their answers)", _ngram_table(ngram))
     _section(out, "Acceptance by draft position", _positions(j))
     _section(out, "Prediction against measurement", _prediction(j))
     _section(out, "Recommendation", _recommendation(j))
@@ -189,7 +194,11 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for name in j["order"]:
         c = j["configs"][name]
-        if c["status"] == _stats.INVALID:
+        gate = c.get("load_gate") or {}
+        if c["status"] in (_stats.INVALID, _stats.FAILED) and gate.get("problem") and c["problems"][:1] == [gate["problem"]]:
+            out.append(f"- **{name}: {c['status']} under load**, never a winner: {gate['problem']}.")
+            rest = c["problems"][1:]
+        elif c["status"] == _stats.INVALID:
             d = c["first_divergence"]
             out.append(f"- **{name}: INVALID**, a correctness bug, never a winner: its text differs from the "
                        f"baseline's on {d['shape']} prompt {d['prompt_index']} (round {d['round']}, repeat "
@@ -237,6 +246,51 @@ def _shape_table(j: Mapping[str, Any], shape: str) -> list[str]:
                      _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r["verdict"],
                      _lossless(r["lossless"], r), _engaged(r["engaged"]), r["n_requests"]])
     return _table(header, rows)
+
+
+def _load_tables(j: Mapping[str, Any]) -> list[str]:
+    """Aggregate and per-stream rates under load beside the single-stream rate, per shape; the gate per config."""
+    load = j["load"]
+    out = ["Every shape sent again as bursts of N requests at once (N: the production unit's slot count). "
+           "Aggregate: all streams' tokens over the burst's wall time; per stream: each reply's decode rate. "
+           "Speedups are against the baseline under the same load.", ""]
+    out.extend(_table(["config", "load gate", "streams", "rounds"],
+                      [[n, (j["configs"][n].get("load_gate") or {}).get("status", "-"),
+                        (j["configs"][n].get("load_gate") or {}).get("concurrency") or "-",
+                        ", ".join(f"{r['round']}: {r['status']} ({r['streams_checked']} checked)"
+                                  for r in (j["configs"][n].get("load_gate") or {}).get("rounds", [])) or "-"]
+                       for n in j["order"]]))
+    for shape in j["shapes"]:
+        rows = []
+        for n in j["order"]:
+            r = (load.get(n) or {}).get(shape)
+            if not r:
+                continue
+            a, st = r["aggregate"], r["stream"]
+            rows.append([n, _num(r["single_stream_tok_s"], "{:.1f}"),
+                         _ci(a["tok_s"], a["tok_s_ci_low"], a["tok_s_ci_high"], "{:.1f}"),
+                         _ci(a["speedup"], a["ci_low"], a["ci_high"], "{:.2f}", "x"), a["verdict"] or "-",
+                         _ci(st["tok_s"], st["tok_s_ci_low"], st["tok_s_ci_high"], "{:.1f}"),
+                         _ci(st["speedup"], st["ci_low"], st["ci_high"], "{:.2f}", "x"), st["verdict"] or "-",
+                         f"{a['n']} / {st['n']}"])
+        if rows:
+            out += ["", f"**{shape}**", ""]
+            out.extend(_table(["config", "tok/s alone", "aggregate tok/s [95 % CI]", "aggregate speedup",
+                               "verdict", "per-stream tok/s [95 % CI]", "per-stream speedup", "verdict",
+                               "n bursts / streams"], rows))
+    return out
+
+
+def _ngram_table(rows: list[Mapping[str, Any]]) -> list[str]:
+    threshold = rows[0]["ngram_threshold_chars"]
+    return [f"From the baseline's answers: the longest stretch an answer shares with its prompt (what prompt-lookup "
+            f"drafters copy) and repeats inside itself (what ngram-mod and ngram-cache copy); {threshold} characters "
+            f"or more means an n-gram drafter has spans to propose.", "",
+            *_table(["shape", "source", "answers", "prompt/answer overlap (chars)", "repeated in answer (chars)",
+                     "n-gram can help"],
+                    [[r["shape"], r["source"], r["answers_checked"], _num(r["prompt_output_overlap_chars"], "{}"),
+                      _num(r["output_repeated_chars"], "{}"),
+                      {True: "yes", False: "no", None: "-"}[r["ngram_can_help"]]] for r in rows])]
 
 
 def _positions(j: Mapping[str, Any]) -> list[str]:

@@ -105,9 +105,13 @@ class Prompt:
     n_predict: int
     expected: str | None = None
     checks: dict[str, Any] = field(default_factory=dict, compare=False)
+    # An operator's chat request (see _traffic): its messages as given, sent as they are.
+    chat: tuple[tuple[str, str], ...] | None = None
 
     def messages(self) -> list[dict[str, str]]:
         """The OpenAI-style chat form of the prompt."""
+        if self.chat:
+            return [{"role": role, "content": content} for role, content in self.chat]
         return [{"role": "user", "content": self.user}]
 
     @property
@@ -404,8 +408,10 @@ _GENERATORS = {
 }
 
 
-def check_shapes(shapes: Any) -> list[str]:
-    """The shape names as a list, each known and listed once."""
+def check_shapes(shapes: Any, custom: Mapping[str, Any] | None = None) -> list[str]:
+    """The shape names as a list, each known and listed once; the operator's ``custom`` shapes follow them."""
+    if custom:
+        return check_shapes(shapes) + list(custom)  # _traffic refuses a custom name equal to a built-in one
     if shapes is None:
         return list(SHAPES)
     if isinstance(shapes, str) or not isinstance(shapes, (list, tuple)):
@@ -423,13 +429,20 @@ def check_shapes(shapes: Any) -> list[str]:
 
 
 def build_shapes(seed: int = 0, sizes: Mapping[str, Any] | None = None, prompts_per_shape: int = 1,
-                 shapes: Any = None) -> dict[str, list[Prompt]]:
-    """shape -> its prompts, in the order of ``shapes`` (default all four). Deterministic."""
+                 shapes: Any = None, custom: Mapping[str, Any] | None = None) -> dict[str, list[Prompt]]:
+    """shape -> its prompts, in the order of ``shapes`` (default all four). Deterministic.
+
+    ``custom``: the operator's shapes (name -> an object whose ``prompts(count)`` gives that many
+    prompts, see ``_traffic.CustomShape``), measured after the built-in ones.
+    """
     seed = _whole("seed", seed, 0)
     count = _whole("prompts_per_shape", prompts_per_shape, 1)
     resolved = resolve_sizes(sizes)
     out: dict[str, list[Prompt]] = {}
-    for shape in check_shapes(shapes):
+    for shape in check_shapes(shapes, custom):
+        if custom and shape in custom:
+            out[shape] = custom[shape].prompts(count)
+            continue
         size = resolved[shape]
         out[shape] = [_GENERATORS[shape](seed, i, size["chars"], size["n_predict"]) for i in range(count)]
     return out

@@ -796,6 +796,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     ``d_s_ms``: the drafter's step in ms (one number for all configs, or per config name); without it
     the prediction reports the d_s the measured rate implies.
     """
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate  # it imports this module
+
     run = check_run(run)
     boot = {"n": n_boot, "seed": seed, "alpha": alpha}
     _check_boot(n_boot, alpha)
@@ -814,6 +816,9 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         g = gathered[c["name"]]
         is_base = c["name"] == baseline_name
         status, problems = _status(g, is_base, all_rounds)
+        load_gate = _loadgate.config_gate(g["entries"])  # texts under concurrent load (issue 13)
+        status, problems = _loadgate.judge_status(status, problems, load_gate, is_base,
+                                                  {"FAILED": FAILED, "INVALID": INVALID})
         rows = {s: _row(g, s, base if base["requests"] else None, status, is_base, ref, boot) for s in shapes}
         for s, r in rows.items():
             if r["should_draft"] and r["engaged"] is False and status not in (NOT_ENGAGED, FAILED):
@@ -841,7 +846,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
             "engaged": (g["drafted"] > 0) if (g["speculative"] or g["chain"]) and g["requests"] else None,
             "draft_n": g["drafted"], "acceptance": acceptance(g["requests"]),
             "acceptance_by_position": by_pos, "acceptance_by_position_source": by_pos_source if by_pos else "not available",
-            "shapes": rows,
+            "shapes": rows, "load_gate": load_gate,
         }
     base_judged = configs[baseline_name]
     if base_judged["status"] == FAILED:
@@ -859,6 +864,10 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         if j["lossless"] == VACUOUS and j["role"] != "baseline" and j["status"] != FAILED:
             warnings.append(f"{name!r}: every text comparison was vacuous (empty answers): losslessness is unproven")
 
+    if base_judged["load_gate"]["status"] in (_loadgate.FAILED, _loadgate.INVALID):
+        warnings.append(f"the baseline {baseline_name!r} itself fails the load gate ({base_judged['load_gate']['problem']}): "
+                        f"production is not safe at this concurrency either")
+
     prediction = []
     for c in run["configs"]:
         j = configs[c["name"]]
@@ -874,6 +883,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     judged = {
         "baseline": baseline_name, "shapes": shapes, "rounds": sorted(all_rounds),
         "order": [c["name"] for c in run["configs"]], "configs": configs, "prediction": prediction,
+        "load": _loadgate.load_section({n: g["entries"] for n, g in gathered.items()}, baseline_name, shapes,
+                                       {n: j["shapes"] for n, j in configs.items()}, boot),
         "warnings": warnings, "run_error": run.get("error"), "mix": run["mix"],
         "bootstrap": {"n": n_boot, "seed": seed, "alpha": alpha, "scheme": BOOTSTRAP_SCHEME,
                       "min_requests": MIN_REQUESTS},

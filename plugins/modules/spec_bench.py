@@ -109,6 +109,51 @@ options:
       - Without it RV(bench.requests[].metrics_delta) and RV(bench.metrics_total_delta) are null.
     type: bool
     default: true
+  concurrency:
+    description:
+      - After the single-stream bench, send every shape again as bursts of this many requests at once
+        (one thread each), the way a server with that many slots is loaded in production.
+      - V(1) (the default) skips the load phase. V(0) takes the server's own slot count from llama-server's
+        C(/props) C(total_slots) (what C(-np) / C(LLAMA_ARG_N_PARALLEL) gave it; vLLM has none, give a number).
+      - "Every stream's text must equal the same prompt's single-stream text (the load gate): a difference or a
+        premature end is reported in RV(bench.load.gate) as V(INVALID); a stream that gets no answer (the server
+        died, reset the connection, or stopped answering within O(timeout)) is V(FAILED) and fails the task,
+        with the measurements in RV(bench)."
+    type: int
+    default: 1
+  load_bursts:
+    description: Bursts per shape in the load phase; each burst is one sample of the aggregate rate.
+    type: int
+    default: 3
+  traffic:
+    description:
+      - The operator's own prompts as extra named shapes, measured after the built-in O(shapes).
+      - "Each item: C(name) (lower-case letters, digits, - and _; not a built-in shape's name), C(content) (the
+        text of a JSON Lines file: per line an OpenAI-style chat request C({\"messages\": [...]}), a completion
+        request C({\"prompt\": ...}) or a plain prompt as a JSON string), C(source) (the file's path, named
+        in errors) and C(n_predict) (the shape's token budget)."
+      - Requests are sent greedy with the shape's C(n_predict); their other fields are ignored. Chat requests
+        need O(api=openai). A shape needing more prompts than its file holds starts again at the first line.
+      - Prompt text is never returned or put in an error; errors name the file and the line.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The shape's name in the results.
+        type: str
+        required: true
+      content:
+        description: The JSON Lines text.
+        type: str
+        required: true
+      source:
+        description: Where the text came from (a path on the controller), for error messages.
+        type: str
+      n_predict:
+        description: Token budget of every request of this shape.
+        type: int
+        required: true
   api_key:
     description:
       - Bearer token for a server started with an API key.
@@ -153,6 +198,21 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: bench.bench.metrics_total_delta.drafts > 0
     fail_msg: draft_n == 0 while tokens flow - the proposer is not engaged, whatever the flags say
+
+- name: Also under load at the server's slot count, and on the operator's own chat traffic
+  llmfleet.specdec.spec_bench:
+    api: openai
+    concurrency: 0
+    traffic:
+      - name: support-chat
+        source: files/support.jsonl
+        content: "{{ lookup('ansible.builtin.file', 'files/support.jsonl') }}"
+        n_predict: 128
+  register: bench_load
+
+- name: Did every stream under load give its single-stream text?
+  ansible.builtin.assert:
+    that: bench_load.bench.load.gate.status == 'PASSED'
 
 - name: A vLLM server with a speculative config
   llmfleet.specdec.spec_bench:
@@ -228,6 +288,18 @@ bench:
     elapsed_s:
       description: Wall time of the whole measurement, health check and warm-up included.
       type: float
+    load:
+      description:
+        - The load phase (schema C(llmfleet.specdec/load/1)), absent with O(concurrency=1). C(concurrency) and
+          where it came from, C(server_slots), C(streams) (one record per stream, as in C(requests) plus
+          C(burst), C(stream), C(started_s), C(ended_s) and C(error)), C(bursts) (per burst C(aggregate_tok_s),
+          C(wall_s), C(tokens) and C(overlapped), true when every stream was sent before the first answer came;
+          with fewer slots than streams the server queues the rest).
+        - C(gate) is the load gate, C(status) V(PASSED), V(INVALID) (C(mismatches) with stream, shape, prompt,
+          C(kind) V(truncated) or V(altered) and the first differing C(position)), V(FAILED) (C(failures) with
+          the stream and its error, C(health_after_failure)) or V(NOT MEASURED).
+      type: dict
+      returned: when O(concurrency) is not 1
 """
 
 import traceback
@@ -236,7 +308,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BenchInterruptedError, run_bench
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._load import bench_under_load, load_failed, measured_prompts
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
+from ansible_collections.llmfleet.specdec.plugins.module_utils._traffic import add_ngram_checks, load_traffic
 
 ARGUMENT_SPEC = dict(
     endpoint=dict(type="str", default="http://127.0.0.1:8080"),
@@ -255,13 +329,30 @@ ARGUMENT_SPEC = dict(
     metrics=dict(type="bool", default=True),
     api_key=dict(type="str", no_log=True),
     validate_certs=dict(type="bool", default=True),
+    concurrency=dict(type="int", default=1),
+    load_bursts=dict(type="int", default=3),
+    # content holds the operator's prompts: never logged (only that leaf is masked, not the shape names)
+    traffic=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True), content=dict(type="str", required=True, no_log=True),
+        source=dict(type="str"), n_predict=dict(type="int", required=True))),
 )
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = dict(module.params)
+    concurrency, bursts, traffic = params.pop("concurrency"), params.pop("load_bursts"), params.pop("traffic")
     try:
-        bench = run_bench(**module.params)
+        custom = load_traffic(traffic, params["api"]) or None
+        bench = run_bench(custom=custom, **params)
+        measured = measured_prompts(params, custom)
+        add_ngram_checks(bench, measured)
+        load = bench_under_load(bench, params, measured, concurrency, bursts)
+        if load_failed(load):
+            failure = load["gate"]["failures"][0]
+            module.fail_json(msg=f"the server stopped answering under load ({load['concurrency']} streams): stream "
+                                 f"{failure['stream']} on {failure['shape']}: {failure['error']}; /health afterwards: "
+                                 f"{load['health_after_failure']}", bench=bench)
     except BenchInterruptedError as exc:
         module.fail_json(msg=str(exc), bench=exc.bench, exception=traceback.format_exc())
     except SpecdecError as exc:
