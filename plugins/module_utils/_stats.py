@@ -12,8 +12,9 @@ measurement failed, ``bench: null`` and an ``error``. :func:`judge` turns a run 
   NOT ENGAGED whatever its flags say; a config with an empty chain and no drafts is the
   NEGATIVE CONTROL (it should show no difference from the baseline);
 - per shape: median decode tok/s, acceptance, mean accepted length, speedup against the baseline
-  with a bootstrap 95 % interval over requests and rounds, and a verdict (win / loss / no
-  difference);
+  with a 95 % t-interval over rounds (the unit of replication is a server start, see
+  :func:`round_ratio_ci`), its n (rounds x requests per side) and a verdict (win / loss / no
+  difference, or "too few rounds/requests to call");
 - prediction against measurement with the break-even arithmetic of ``_breakeven``;
 - an overall recommendation only from a traffic mix the caller declares.
 
@@ -46,10 +47,27 @@ WIN = "win"
 LOSS = "loss"
 NO_DIFFERENCE = "no difference"
 VACUOUS = "vacuous"
-# Fewer requests than this on either side and no verdict is given: a one-sample "interval" is a point.
+TOO_FEW_ROUNDS = "too few rounds to call"
+TOO_FEW_REQUESTS = "too few requests to call"
+# Below these no verdict is given. Rounds are the replicates (each config gets its own server start per
+# round), so one round gives no estimate of the start-to-start variance at all; requests are averaged
+# within a round, and a single request per side per round lets one slow reply decide the round.
+MIN_ROUNDS = 2
+MIN_REQUESTS_PER_ROUND = 2
+# The old request-level bootstrap's minimum (kept for method="request-bootstrap").
 MIN_REQUESTS = 3
+# Practical equivalence: a verdict needs the whole interval beyond 1 +- this share. Chosen from the A/A
+# calibration benchmark (benchmarks/calibration.py): see README, "Calibration".
+EQUIVALENCE_MARGIN = 0.02
+METHODS = ("rounds", "request-bootstrap")
 DEFAULT_K = 3  # llama.cpp's default --spec-draft-n-max
 
+ROUNDS_SCHEME = (
+    "paired by round: per (config, round) a shape is summarised by the mean of the log per-request decode "
+    "rates (each config has its own server start in every round, so a round is one replicate); each "
+    "candidate round is paired with the baseline's round; a Student t-interval (df = rounds - 1) on the mean "
+    "paired log ratio, exp() back to a ratio. The spread between server starts and rounds is in that "
+    "interval; a percentile bootstrap over requests ignores it")
 BOOTSTRAP_SCHEME = (
     "percentile bootstrap, stratified by round: in every round the requests are resampled with "
     "replacement, paired by (prompt_index, repeat) when candidate and baseline have exactly the same "
@@ -98,13 +116,14 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def verdict(ci_low: float | None, ci_high: float | None) -> str:
-    """``win`` when the whole interval lies above 1, ``loss`` when below, otherwise ``no difference``."""
+def verdict(ci_low: float | None, ci_high: float | None, margin: float = 0.0) -> str:
+    """``win`` when the whole interval lies above 1 + margin, ``loss`` when below 1 / (1 + margin),
+    otherwise ``no difference``."""
     if ci_low is None or ci_high is None:
         return NO_DIFFERENCE
-    if ci_low > 1.0:
+    if ci_low > 1.0 + margin:
         return WIN
-    if ci_high < 1.0:
+    if ci_high < 1.0 / (1.0 + margin):
         return LOSS
     return NO_DIFFERENCE
 
@@ -289,6 +308,202 @@ def bootstrap_mix_ci(candidate: Mapping[str, Mapping[Any, float] | Sequence[floa
     low, high = _interval(ratios, alpha)
     scheme = schemes.pop() if len(schemes) == 1 else "mixed"
     return RatioCI(point, low, high, scheme)
+
+
+# ---------------------------------------------------------------------------------------------
+# the calibrated method: rounds are the replicates
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise ReportInputError(f"t distribution: df must be > 0, got {df!r}")
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    if not 0.0 < q < 1.0:
+        raise ReportInputError(f"t quantile: q must lie in (0, 1), got {q!r}")
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def round_log_means(values: Mapping[Any, float]) -> dict[Any, tuple[float, int]]:
+    """Per round (the first element of each key): (mean of log rate, number of requests).
+
+    A round's geometric-mean rate is exp() of its mean; the mean of logs keeps one slow request from
+    weighing more than one fast one, and makes a ratio a difference.
+    """
+    sums: dict[Any, list[float]] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ReportInputError(f"rate[{key!r}]: expected a positive finite number, got {value!r}")
+        rnd = key[0] if isinstance(key, tuple) and key else None
+        sums.setdefault(rnd, []).append(math.log(value))
+    return {r: (sum(v) / len(v), len(v)) for r, v in sums.items()}
+
+
+class RoundCI(NamedTuple):
+    """A ratio (candidate / baseline) with its t-interval over rounds, and the n behind it."""
+
+    ratio: float | None
+    low: float | None  # None below MIN_ROUNDS: no interval
+    high: float | None
+    rounds: int  # rounds measured on both sides
+    requests: int  # fewest requests on one side in one of those rounds
+    candidate_requests: int
+    baseline_requests: int
+    df: int
+
+    @property
+    def n(self) -> str:
+        """n as shown with a verdict: rounds x requests per side per round."""
+        return f"{self.rounds}x{self.requests}"
+
+
+def _t_interval(diffs: Sequence[float], alpha: float) -> tuple[float, float | None, float | None]:
+    """(mean, low, high) of the differences: mean +- t(1 - alpha/2, R - 1) * sd / sqrt(R); no interval below 2."""
+    r = len(diffs)
+    mean = sum(diffs) / r
+    if r < 2:
+        return mean, None, None
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (r - 1))
+    half = t_quantile(1.0 - alpha / 2.0, r - 1) * sd / math.sqrt(r)
+    return mean, mean - half, mean + half
+
+
+def _check_alpha(alpha: float) -> None:
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0.0 < alpha < 1.0:
+        raise ReportInputError(f"alpha must lie in (0, 1), got {alpha!r}")
+
+
+def round_ratio_ci(candidate_values: Mapping[Any, float], baseline_values: Mapping[Any, float], *,
+                   alpha: float = 0.05) -> RoundCI:
+    """Speedup (candidate / baseline) with a t-interval over rounds.
+
+    Both sides map ``(round, prompt_index, repeat) -> decode tok/s``. Per round and side the requests are
+    summarised by the mean log rate; the rounds measured on both sides are paired (candidate round r
+    against baseline round r: the same prompts, the same stretch of the machine's day); the interval is
+    the Student t-interval with df = rounds - 1 on the mean paired log ratio, exp() back to a ratio.
+    Only the rounds carry degrees of freedom: requests within a round share that round's server start,
+    so they are not independent replicates of the comparison.
+    """
+    _check_alpha(alpha)
+    cand = round_log_means(candidate_values)
+    base = round_log_means(baseline_values)
+    common = sorted(set(cand) & set(base), key=repr)
+    if not common:
+        return RoundCI(None, None, None, 0, 0, sum(n for _, n in cand.values()),
+                       sum(n for _, n in base.values()), 0)
+    diffs = [cand[r][0] - base[r][0] for r in common]
+    mean, low, high = _t_interval(diffs, alpha)
+    fewest = min(min(cand[r][1], base[r][1]) for r in common)
+    return RoundCI(math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high),
+                   len(common), fewest, sum(cand[r][1] for r in common), sum(base[r][1] for r in common),
+                   len(common) - 1)
+
+
+def round_rate_ci(values: Mapping[Any, float], *, alpha: float = 0.05) -> tuple[float, float | None, float | None]:
+    """One config's decode rate: (geometric mean over rounds of the round means, t-interval low, high)."""
+    _check_alpha(alpha)
+    means = [m for _, (m, _n) in sorted(round_log_means(values).items(), key=lambda kv: repr(kv[0]))]
+    if not means:
+        raise ReportInputError("rate: no values")
+    mean, low, high = _t_interval(means, alpha)
+    return math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high)
+
+
+def round_mix_ci(candidate: Mapping[str, Mapping[Any, float]], baseline: Mapping[str, Mapping[Any, float]],
+                 weights: Mapping[str, float], *, alpha: float = 0.05) -> RoundCI:
+    """Speedup over a traffic mix with the same method as :func:`round_ratio_ci`.
+
+    Per round and side every shape's geometric-mean rate is combined with :func:`mix_rate`; the rounds
+    in which both sides measured every shape of the mix are paired and a t-interval (df = rounds - 1)
+    is taken on the mean log ratio of the mix rates.
+    """
+    _check_alpha(alpha)
+    shapes = [s for s in weights if weights[s] > 0]
+    per_c: dict[str, dict[Any, tuple[float, int]]] = {}
+    per_b: dict[str, dict[Any, tuple[float, int]]] = {}
+    for s in shapes:
+        if s not in candidate or s not in baseline:
+            raise ReportInputError(f"mix.{s}: no measurement of this shape on both sides")
+        per_c[s] = round_log_means(candidate[s])
+        per_b[s] = round_log_means(baseline[s])
+    rounds = set.intersection(*(set(per_c[s]) & set(per_b[s]) for s in shapes)) if shapes else set()
+    common = sorted(rounds, key=repr)
+    if not common:
+        return RoundCI(None, None, None, 0, 0, 0, 0, 0)
+    diffs = []
+    for r in common:
+        mc = mix_rate({s: math.exp(per_c[s][r][0]) for s in shapes}, weights)
+        mb = mix_rate({s: math.exp(per_b[s][r][0]) for s in shapes}, weights)
+        diffs.append(math.log(mc) - math.log(mb))
+    mean, low, high = _t_interval(diffs, alpha)
+    fewest = min(min(per_c[s][r][1], per_b[s][r][1]) for s in shapes for r in common)
+    return RoundCI(math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high),
+                   len(common), fewest, sum(per_c[s][r][1] for s in shapes for r in common),
+                   sum(per_b[s][r][1] for s in shapes for r in common), len(common) - 1)
+
+
+def round_verdict(ci: RoundCI, margin: float = EQUIVALENCE_MARGIN) -> str:
+    """The verdict of a :class:`RoundCI`, or why none is called (too few rounds or requests)."""
+    if ci.rounds < MIN_ROUNDS or ci.low is None:
+        return TOO_FEW_ROUNDS
+    if ci.requests < MIN_REQUESTS_PER_ROUND:
+        return TOO_FEW_REQUESTS
+    return verdict(ci.low, ci.high, margin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,6 +803,21 @@ def _config_k(config: Mapping[str, Any], deltas: list[Mapping[str, Any]]) -> tup
     return DEFAULT_K, "default: llama.cpp's --spec-draft-n-max 3"
 
 
+def _positions_drafted(config: Mapping[str, Any], gathered: Mapping[str, Any], by_pos: list[float]) -> int:
+    """How many draft positions were drafted: the deepest position that was ever accepted, or the depth K
+    the config drafts to, whichever is deeper. llama-server exports a counter for every position up to
+    its n_max (64 for ngram-mod) whether or not a draft ever got that long; a position inside K that
+    never pays is a finding, a position past every draft is noise."""
+    if not by_pos:
+        return 0
+    last = max((i + 1 for i, v in enumerate(by_pos) if v > 0), default=0)
+    deltas = [r["metrics_delta"] for r in gathered["requests"] if isinstance(r.get("metrics_delta"), Mapping)]
+    k, source = _config_k(config, deltas)
+    if source.startswith("default"):
+        k = 0  # a guess says nothing about this run
+    return min(len(by_pos), max(last, k))
+
+
 def _drafter_of(config: Mapping[str, Any]) -> str | None:
     if config.get("drafter"):
         return str(config["drafter"])
@@ -688,12 +918,20 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     samples = _rate_samples(reqs)
     row: dict[str, Any] = {"config": cfg["name"], "shape": shape, "n_requests": len(samples),
                            "n_rounds": len({k[0] for k in samples}), "median_tok_s": None,
-                           "tok_s_ci_low": None, "tok_s_ci_high": None, "speedup": None, "ci_low": None,
+                           "tok_s": None, "tok_s_ci_low": None, "tok_s_ci_high": None, "speedup": None,
+                           "ci_low": None,
                            "ci_high": None, "ci_scheme": None, "ci_verdict": None}
     seed = f"{boot['seed']}:{cfg['name']}:{shape}"
-    if samples:
+    per_round = round_log_means(samples) if samples else {}
+    row["n_per_round"] = {str(r): n for r, (_m, n) in sorted(per_round.items(), key=lambda kv: repr(kv[0]))}
+    row["n"] = f"{len(per_round)}x{min(n for _m, n in per_round.values())}" if per_round else "0x0"
+    if samples and boot["method"] == "rounds":
+        row["median_tok_s"] = median(samples.values())
+        row["tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = round_rate_ci(samples, alpha=boot["alpha"])
+    elif samples:
         row["median_tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = bootstrap_median_ci(
             samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
+        row["tok_s"] = row["median_tok_s"]
     row["acceptance"] = acceptance(reqs)
     row["mean_accepted_len"], row["mean_accepted_len_source"] = mean_accepted_length(reqs)
     row["draft_n"] = sum(request_drafts(r)[0] for r in reqs)
@@ -713,7 +951,12 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["first_divergence"] = texts["first_divergence"]
 
     base_samples = _rate_samples(base["shape_requests"].get(shape, [])) if base else {}
-    if not is_baseline and samples and base_samples:
+    if not is_baseline and samples and base_samples and boot["method"] == "rounds":
+        rci = round_ratio_ci(samples, base_samples, alpha=boot["alpha"])
+        row.update(speedup=rci.ratio, ci_low=rci.low, ci_high=rci.high, ci_scheme=f"paired rounds, t df {rci.df}",
+                   n=rci.n, n_paired_rounds=rci.rounds, n_requests_per_round=rci.requests,
+                   ci_verdict=round_verdict(rci, boot["margin"]))
+    elif not is_baseline and samples and base_samples:
         ci = bootstrap_ratio_ci(samples, base_samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
         row.update(speedup=ci.ratio, ci_low=ci.low, ci_high=ci.high, ci_scheme=ci.scheme)
         enough = len(samples) >= MIN_REQUESTS and len(base_samples) >= MIN_REQUESTS
@@ -790,14 +1033,23 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
 
 
 def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot: int = 2000, seed: int = 0,
-          alpha: float = 0.05) -> dict[str, Any]:
+          alpha: float = 0.05, method: str = "rounds", margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
     """Every verdict of a run: per config a status, per shape a row, the prediction and a recommendation.
 
     ``d_s_ms``: the drafter's step in ms (one number for all configs, or per config name); without it
     the prediction reports the d_s the measured rate implies.
+    ``method``: ``rounds`` (the calibrated t-interval over rounds, :func:`round_ratio_ci`, with the
+    practical-equivalence ``margin``) or ``request-bootstrap`` (the old percentile bootstrap over
+    requests, which ignores the variance between server starts; kept to compare the two, see
+    benchmarks/calibration.py). ``n_boot`` and ``seed`` only matter to the bootstrap.
     """
     run = check_run(run)
-    boot = {"n": n_boot, "seed": seed, "alpha": alpha}
+    if method not in METHODS:
+        raise ReportInputError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:
+        raise ReportInputError(f"margin: expected a share in [0, 1), such as 0.02, got {margin!r}")
+    boot = {"n": n_boot, "seed": seed, "alpha": alpha, "method": method,
+            "margin": float(margin) if method == "rounds" else 0.0}
     _check_boot(n_boot, alpha)
     shapes = _shapes_in(run)
     all_rounds = {e["round"] for e in run["entries"]}
@@ -823,6 +1075,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         if not by_pos and g["drafted"]:
             by_pos = acceptance_by_position(g["total_deltas"])
             by_pos_source = "metrics_total_delta per call (all shapes)" if by_pos else "not available"
+        positions_shown = _positions_drafted(c, g, by_pos)
         if status == FAILED:
             g["texts"] = {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None}
             for r in rows.values():
@@ -841,6 +1094,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
             "engaged": (g["drafted"] > 0) if (g["speculative"] or g["chain"]) and g["requests"] else None,
             "draft_n": g["drafted"], "acceptance": acceptance(g["requests"]),
             "acceptance_by_position": by_pos, "acceptance_by_position_source": by_pos_source if by_pos else "not available",
+            "positions_drafted": positions_shown,
             "shapes": rows,
         }
     base_judged = configs[baseline_name]
@@ -877,6 +1131,11 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         "warnings": warnings, "run_error": run.get("error"), "mix": run["mix"],
         "bootstrap": {"n": n_boot, "seed": seed, "alpha": alpha, "scheme": BOOTSTRAP_SCHEME,
                       "min_requests": MIN_REQUESTS},
+        "statistics": {"method": method, "alpha": alpha, "margin": boot["margin"],
+                       "scheme": ROUNDS_SCHEME if method == "rounds" else BOOTSTRAP_SCHEME,
+                       "min_rounds": MIN_ROUNDS if method == "rounds" else 1,
+                       "min_requests_per_round": MIN_REQUESTS_PER_ROUND if method == "rounds" else None,
+                       "min_requests": None if method == "rounds" else MIN_REQUESTS},
         "method": {"mix": MIX_COMBINATION, "p": P_ESTIMATE,
                    "mean_accepted_len": MEAN_LEN_METHOD},
     }
@@ -888,7 +1147,8 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
     """The config to run for the declared traffic mix, or None when no mix was declared.
 
     Only OK configs are candidates (never INVALID, NOT ENGAGED, FAILED, INCOMPLETE or the negative
-    control); a candidate must beat the baseline over the mix with the whole interval above 1,
+    control); a candidate must beat the baseline over the mix with the whole interval above 1 (plus the
+    equivalence margin), judged with the same method as the per-shape verdicts (:func:`round_mix_ci`),
     otherwise the recommendation is to keep the baseline.
     """
     mix = judged["mix"]
@@ -926,21 +1186,30 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
                                     "reason": f"not judged on {', '.join(bad)}"})
             continue
         samples = {s: _rate_samples(gathered[name]["shape_requests"].get(s, [])) for s in mix}
+        if boot.get("method", "rounds") == "rounds":
+            rci = round_mix_ci(samples, base_samples, mix, alpha=boot["alpha"])
+            out["candidates"].append({
+                "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["tok_s"] for s in mix}, mix),
+                "speedup": rci.ratio, "ci_low": rci.low, "ci_high": rci.high, "n": rci.n,
+                "verdict": round_verdict(rci, boot["margin"])})
+            continue
         ci = bootstrap_mix_ci(samples, base_samples, mix, n=boot["n"], seed=f"{boot['seed']}:{name}:mix",
                               alpha=boot["alpha"])
         enough = all(len(samples[s]) >= MIN_REQUESTS and len(base_samples[s]) >= MIN_REQUESTS for s in mix)
         out["candidates"].append({
             "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["median_tok_s"] for s in mix}, mix),
-            "speedup": ci.ratio, "ci_low": ci.low, "ci_high": ci.high,
+            "speedup": ci.ratio, "ci_low": ci.low, "ci_high": ci.high, "n": f"{len(samples)} requests",
             "verdict": verdict(ci.low, ci.high) if enough else "too few requests"})
-    out["baseline_mix_tok_s"] = mix_rate({s: base_j["shapes"][s]["median_tok_s"] for s in mix}, mix)
+    out["baseline_mix_tok_s"] = mix_rate({s: base_j["shapes"][s]["tok_s"] for s in mix}, mix)
     winners = [c for c in out["candidates"] if c["verdict"] == WIN]
     if winners:
         best = max(winners, key=lambda c: c["speedup"])
         out.update(config=best["config"], speedup=best["speedup"], ci_low=best["ci_low"], ci_high=best["ci_high"],
+                   n=best["n"],
                    reason=(f"{best['config']} is {best['speedup']:.2f}x the baseline over this mix "
-                           f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}], the fastest config whose whole "
-                           f"interval lies above 1"))
+                           f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}] (n {best['n']}), the fastest config "
+                           f"whose whole interval lies above 1" + (f" + {boot['margin']:g}" if boot.get("margin")
+                                                                  else "")))
     else:
         out.update(config=baseline, keep_baseline=True,
                    reason="no eligible config beats the baseline over this mix with its whole interval above 1: "
