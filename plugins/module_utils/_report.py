@@ -208,6 +208,10 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
             note = "no measurement at all" if c["status"] == _stats.FAILED else "partial: never a winner"
             out.append(f"- **{name}: {c['status']}** ({note}).")
             rest = c["problems"]
+        elif c["status"] == _stats.DRAFTER_PROBE:
+            out.append(f"- {name}: DRAFTER PROBE: serves the draft model of {', '.join(c['probe_for'])} alone; "
+                       f"its rate gives the drafter's step d_s for the prediction (never compared or recommended).")
+            rest = c["problems"]
         elif c["status"] == _stats.NEGATIVE_CONTROL:
             out.append(f"- {name}: NEGATIVE CONTROL (no chain, no drafts): it should show no difference "
                        f"from the baseline.")
@@ -284,10 +288,16 @@ def _prediction(j: Mapping[str, Any]) -> list[str]:
                      _num(p["predicted_speedup"], "{:.2f}x"),
                      _ci(p["measured_speedup"], p["ci_low"], p["ci_high"], "{:.2f}", "x")])
     notes = sorted({f"{p['config']}: K = {p['k']} ({p['k_source']})" for p in rows})
+    notes += sorted({f"{p['config']} on {p['shape']}: t_s {_num(p['t_s_ms'])} ms, {p['t_s_source']}; d_s "
+                     + (f"{_num(p['d_s_ms'])} ms, {p['d_s_source']}" if p.get("d_s_ms") is not None
+                        else p.get("d_s_source", "not given"))
+                     for p in rows if p.get("t_s_source")})
     notes += sorted({f"{p['config']} on {p['shape']}: {p['note']}" for p in rows if p.get("note")})
     return (["The break-even arithmetic (round_time = passes * d_s + 1.1 * t_s, A = (1 - p^(K+1)) / (1 - p)) "
              "fed with the measured acceptance and the baseline's step t_s = 1000 / (baseline tok/s / its "
-             "tokens per pass). Without a given d_s the table shows the d_s that the measured rate implies.", ""]
+             "tokens per pass). d_s is measured when the run has a drafter probe (a config serving the draft "
+             "model alone), else taken from inventory; without either the table shows the d_s that the "
+             "measured rate implies. Where each input came from is listed below the table.", ""]
             + _table(header, body) + [""] + [f"- {n}" for n in notes])
 
 

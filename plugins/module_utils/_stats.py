@@ -39,7 +39,11 @@ NOT_ENGAGED = "NOT ENGAGED"
 NEGATIVE_CONTROL = "NEGATIVE CONTROL"
 INCOMPLETE = "INCOMPLETE"
 FAILED = "FAILED"
-STATUSES = (BASELINE, OK, NEGATIVE_CONTROL, INCOMPLETE, NOT_ENGAGED, INVALID, FAILED)
+# A config that serves a candidate's draft model alone: it measures the drafter's step d_s and is never
+# compared (its text is the draft's, not the target's) nor recommended.
+DRAFTER_PROBE = "DRAFTER PROBE"
+STATUSES = (BASELINE, OK, NEGATIVE_CONTROL, INCOMPLETE, NOT_ENGAGED, INVALID, FAILED, DRAFTER_PROBE)
+DRAFT_MODEL_VARS = ("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT")
 # Statuses whose numbers may carry a recommendation. A negative control is a control, not a candidate.
 ELIGIBLE = (OK,)
 
@@ -855,6 +859,8 @@ def _status(cfg: dict[str, Any], is_baseline: bool, all_rounds: set[int]) -> tup
     incomplete = bool(cfg["errors"]) or not all_rounds <= cfg["rounds_ok"]
     if is_baseline:
         return BASELINE, problems
+    if cfg.get("probe_for"):
+        return DRAFTER_PROBE, problems
     if cfg["texts"]["lossless"] is False:
         d = cfg["texts"]["first_divergence"]
         problems.insert(0, f"output differs from the baseline on {d['shape']} prompt {d['prompt_index']} "
@@ -943,6 +949,8 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["empty"] = sum(1 for r in reqs if is_empty(r))
     if is_baseline:
         texts = {"lossless": "reference", "compared": 0, "vacuous": row["empty"], "differ": 0, "first_divergence": None}
+    elif status == DRAFTER_PROBE:
+        texts = {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None}
     else:
         texts = _compare_texts(reqs, ref)
     row["lossless"] = texts["lossless"]
@@ -970,6 +978,8 @@ def _row_verdict(row: dict[str, Any], status: str, is_baseline: bool, has_base: 
         return "baseline"
     if status == FAILED:
         return "failed"
+    if status == DRAFTER_PROBE:
+        return "drafter probe"
     if not row["n_requests"]:
         return "no data"
     if not has_base:
@@ -983,8 +993,43 @@ def _row_verdict(row: dict[str, Any], status: str, is_baseline: bool, has_base: 
     return row["ci_verdict"]
 
 
+def _model_path(value: Any) -> str | None:
+    text = str(value).strip() if value not in (None, "") else ""
+    return text.rstrip("/") or None
+
+
+def drafter_probes(configs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str, list[str]]:
+    """Configs that serve another config's draft model alone: probe name -> the configs it measures d_s for.
+
+    A probe is a config with no speculation of its own whose ``LLAMA_ARG_MODEL`` is the
+    ``LLAMA_ARG_SPEC_DRAFT_MODEL`` of a speculative config in the same run: the draft model decoding on
+    its own, one token per pass, is the drafter's step d_s on this host.
+    """
+    drafts: dict[str, list[str]] = {}
+    for c in configs:
+        env = c.get("server_config") or {}
+        if not isinstance(env, Mapping):
+            continue
+        for var in DRAFT_MODEL_VARS:
+            path = _model_path(env.get(var))
+            if path:
+                drafts.setdefault(path, []).append(str(c["name"]))
+    out: dict[str, list[str]] = {}
+    for c in configs:
+        env = c.get("server_config") or {}
+        if c["name"] == baseline or not isinstance(env, Mapping) or c.get("chain"):
+            continue
+        if any(_model_path(env.get(v)) for v in DRAFT_MODEL_VARS) or env.get("LLAMA_ARG_SPEC_TYPE"):
+            continue
+        served = drafts.get(_model_path(env.get("LLAMA_ARG_MODEL")) or "")
+        if served:
+            out[str(c["name"])] = served
+    return out
+
+
 def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: dict[str, Any],
-                base_row: dict[str, Any], d_s_ms: Any) -> dict[str, Any] | None:
+                base_row: dict[str, Any], d_s_ms: Any, probe: Mapping[str, Any] | None = None
+                ) -> dict[str, Any] | None:
     reqs = cfg["shape_requests"].get(shape, [])
     if not row["median_tok_s"] or not base_row or not base_row.get("median_tok_s"):
         return None
@@ -1011,12 +1056,20 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
         "draft_passes": passes, "p": p, "p_source": p_source, "expected_accepted": a,
         "t_s_ms": t_s, "measured_tok_s": row["median_tok_s"], "measured_speedup": row["speedup"],
         "ci_low": row["ci_low"], "ci_high": row["ci_high"], "baseline_tok_s": base_row["median_tok_s"],
+        "t_s_source": (f"measured: the baseline on {shape}, 1000 / ({base_row['median_tok_s']:.1f} tok/s / "
+                       f"{max(1.0, base_commit):.2f} tokens per pass)"),
     }
     d_s = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
     if passes == 0:
         d_s, out["d_s_source"] = 0.0, "n-gram lookup: no drafter passes"
+    elif probe is not None:
+        # measured on this host beats any number from inventory
+        d_s = 1000.0 / probe["shapes"][shape]["median_tok_s"]
+        out["d_s_source"] = (f"measured: {probe['name']} (the draft model served alone) on {shape}, "
+                             f"1000 / {probe['shapes'][shape]['median_tok_s']:.1f} tok/s")
+        out["d_s_given_ms"] = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
     elif d_s is not None:
-        d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given"
+        d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given (inventory), not measured"
     if d_s is not None:
         predicted = be.rate(p, k, d_s, t_s, draft_passes=passes)
         out.update(d_s_ms=d_s, predicted_tok_s=predicted, predicted_speedup=predicted / base_row["median_tok_s"],
@@ -1055,11 +1108,15 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     all_rounds = {e["round"] for e in run["entries"]}
     baseline_name = run["baseline"]
     gathered = {c["name"]: _gather(run, c) for c in run["configs"]}
+    probes = drafter_probes(run["configs"], baseline_name)
+    for name, served_for in probes.items():
+        gathered[name]["probe_for"] = served_for
     base = gathered[baseline_name]
     ref, warnings = _reference_texts(base["requests"])
     for g in gathered.values():
         if g["name"] != baseline_name:
-            g["texts"] = _compare_texts(g["requests"], ref)
+            g["texts"] = (_compare_texts(g["requests"], ref) if not g.get("probe_for") else
+                          {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None})
 
     configs: dict[str, Any] = {}
     for c in run["configs"]:
@@ -1084,7 +1141,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                                    "first_divergence": None}
         configs[c["name"]] = {
             "name": c["name"], "status": status, "role": "baseline" if is_base else (
-                "speculative" if g["speculative"] else "control"),
+                "drafter probe" if status == DRAFTER_PROBE else "speculative" if g["speculative"] else "control"),
+            "probe_for": g.get("probe_for") or [],
             "chain": g["chain"], "speculative": g["speculative"], "problems": problems, "notes": g["notes"],
             "errors": g["errors"],
             "entries_ok": len([e for e in g["entries"] if e.get("bench") is not None and not e.get("error")]),
@@ -1121,7 +1179,9 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         for s in shapes:
             if not j["shapes"][s]["draft_n"]:
                 continue  # nothing drafted: no acceptance to predict from
-            p = _prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms)
+            probe = next((configs[n] for n, served in probes.items() if c["name"] in served
+                          and configs[n]["shapes"].get(s, {}).get("median_tok_s")), None)
+            p = _prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms, probe)
             if p is not None:
                 prediction.append(p)
 
@@ -1177,7 +1237,8 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
             continue
         if j["status"] not in ELIGIBLE:
             reason = "; ".join(j["problems"]) or ("a control, not a candidate" if j["status"] == NEGATIVE_CONTROL
-                                                  else j["status"])
+                                                  else "measures a draft model's step, not a candidate"
+                                                  if j["status"] == DRAFTER_PROBE else j["status"])
             out["excluded"].append({"config": name, "status": j["status"], "reason": reason})
             continue
         bad = [s for s in mix if j["shapes"][s]["verdict"] in ("not engaged", "invalid", "no data")]

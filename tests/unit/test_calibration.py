@@ -126,3 +126,30 @@ def test_the_position_table_shows_only_drafted_positions_and_the_json_keeps_all(
     # every verdict carries its n, in the JSON and in the overview
     assert all(v["n"] == "2x4" for v in doc["verdicts"])
     assert "(n 2x4)" in md.split("## Verdicts")[1].split("\n## ")[0]
+
+
+def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared():
+    draft = "/opt/specdec/models/draft.gguf"
+    run = make_run({
+        "baseline": {},
+        "d": dict(DRAFTER, speedup=1.5, server_config={"LLAMA_ARG_SPEC_TYPE": "draft-simple",
+                                                         "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
+        # the draft alone: 10x the target's rate, and of course another text
+        "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
+                        "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},
+    }, rounds=2, mix={"prose": 1.0})
+    j = st.judge(run, d_s_ms=12.0, n_boot=200)
+    probe = j["configs"]["draft-alone"]
+    assert probe["status"] == st.DRAFTER_PROBE and probe["probe_for"] == ["d"]
+    assert probe["shapes"]["prose"]["verdict"] == "drafter probe" and probe["lossless"] is None
+    pred = next(p for p in j["prediction"] if p["config"] == "d" and p["shape"] == "prose")
+    assert pred["d_s_ms"] == pytest.approx(1000.0 / probe["shapes"]["prose"]["median_tok_s"])
+    assert pred["d_s_source"].startswith("measured: draft-alone") and pred["d_s_given_ms"] == 12.0
+    assert pred["t_s_source"].startswith("measured: the baseline on prose")
+    rec = j["recommendation"]
+    assert rec["config"] == "d"
+    assert any(e["config"] == "draft-alone" and e["status"] == st.DRAFTER_PROBE for e in rec["excluded"])
+    # without a probe the inventory's d_s is used, and the prediction says so
+    plain = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5)}, rounds=2)
+    pred = st.judge(plain, d_s_ms=12.0, n_boot=200)["prediction"][0]
+    assert pred["d_s_ms"] == 12.0 and pred["d_s_source"].startswith("given (inventory)")

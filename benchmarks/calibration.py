@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Calibration of the A/B verdicts: how often an identical config is called different, and how often a
+real win is called a win.
+
+Every *run* has the protocol's shape: rounds x configs, the order rotated per round, each config on its own
+server start in every round (a real llama-server started by tests/testbed/server.py, not through systemd,
+so a run costs seconds to minutes), every shape measured by the project's own spec_bench code path
+(``_endpoint.run_bench``), the run judged by ``_stats.judge``. Two test beds:
+
+- ``tiny``: the demo models (1.5 MB target), configs ``baseline`` and ``twin``;
+- ``win``: the memory-bound 413 MB F16 target of ``testbed.models.WIN_SET`` with its exact one-layer
+  draft, configs ``baseline``, ``twin``, ``draft-n4`` (draft-simple, depth 4: the ground truth says
+  faster) and ``noisy-n8`` (a noisy draft at depth 8: the ground truth says slower).
+
+The ``twin`` is the baseline again under another name, with a harmless environment difference
+(``SPECDEC_TWIN=1``), so it gets its own server start like any other config: whatever it is called
+other than "no difference" is a false call. The table prints, per bed and config: runs, shape verdicts,
+the share called "no difference" / win / loss, for the calibrated method (t-interval over rounds) and,
+on the same data, the old percentile bootstrap over requests.
+
+Ground truth comes from outside the protocol: each win-bed config served once and measured with many
+requests (``--truth-requests``), the ratio of the mean log rates.
+
+Run: make benchmark-calibration   (needs the llama-server build and writes the win bed once into the cache)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
+from testbed import models
+from testbed.server import LlamaServer
+
+CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
+SHAPES = ["prose", "echo", "structured", "identity"]
+TWIN_ENV = {"SPECDEC_TWIN": "1"}
+
+
+def beds(threads: int) -> dict[str, dict[str, Any]]:
+    tiny = CACHE / "demo-models"
+    win = CACHE / "win-models"
+    t = ["-t", str(threads)]
+    return {
+        "tiny": {
+            "target": tiny / "target.gguf", "threads": ["-t", "1"],
+            "sizes": {"prose": {"chars": 1200, "n_predict": 48}, "echo": {"chars": 900, "n_predict": 48},
+                      "structured": {"chars": 600, "n_predict": 48}, "identity": {"n_predict": 32}},
+            "configs": {"baseline": {}, "twin": {"env": TWIN_ENV}},
+        },
+        "win": {
+            "target": win / "target-win.gguf", "threads": t,
+            "sizes": {"prose": {"chars": 600, "n_predict": 32}, "echo": {"chars": 600, "n_predict": 32},
+                      "structured": {"chars": 400, "n_predict": 32}, "identity": {"n_predict": 24}},
+            "configs": {
+                "baseline": {},
+                "twin": {"env": TWIN_ENV},
+                "draft-n4": {"args": ["--spec-type", "draft-simple", "-md", str(win / "draft-win.gguf"),
+                                      "--spec-draft-n-max", "4"], "chain": ["draft-simple"], "k": 4},
+                "noisy-n8": {"args": ["--spec-type", "draft-simple", "-md", str(win / "draft-win-noisy.gguf"),
+                                      "--spec-draft-n-max", "8", "--spec-draft-n-min", "8",
+                                      "--spec-draft-p-min", "0"], "chain": ["draft-simple"], "k": 8},
+            },
+        },
+    }
+
+
+def serve(bed: dict[str, Any], config: dict[str, Any]) -> LlamaServer:
+    return LlamaServer(bed["target"], args=[*bed["threads"], *config.get("args", [])], env=config.get("env"),
+                       ctx_size=2048)
+
+
+def measure(bed: dict[str, Any], config: dict[str, Any], *, seed: int, prompts: int, repeats: int = 1,
+            shapes: list[str] | None = None) -> dict[str, Any]:
+    with serve(bed, config) as server:
+        return _endpoint.run_bench(server.url, shapes=shapes or SHAPES, prompts_per_shape=prompts, repeats=repeats,
+                                   warmup=1, seed=seed, sizes=bed["sizes"], timeout=300)
+
+
+def one_run(bed: dict[str, Any], names: list[str], *, rounds: int, prompts: int, seed: int) -> dict[str, Any]:
+    """rounds x configs in the protocol's order (rotated by one each round), each on its own server start."""
+    entries = []
+    for rnd in range(rounds):
+        shift = rnd % len(names)
+        for order, name in enumerate(names[shift:] + names[:shift]):
+            bench = measure(bed, bed["configs"][name], seed=seed * 100 + rnd, prompts=prompts)
+            entries.append({"config": name, "round": rnd, "order": order, "bench": bench, "error": None,
+                            "server_config": bed["configs"][name].get("env", {})})
+    configs = [{"name": n, "chain": bed["configs"][n].get("chain", []),
+                "server_config": bed["configs"][n].get("env", {}),
+                **({"k": bed["configs"][n]["k"]} if "k" in bed["configs"][n] else {})} for n in names]
+    return {"host": "calibration", "baseline": "baseline", "configs": configs, "entries": entries}
+
+
+def tally(runs: list[dict[str, Any]], method: str, margin: float) -> dict[str, dict[str, int]]:
+    """config -> {verdict: count} over every shape of every run."""
+    out: dict[str, dict[str, int]] = {}
+    for run in runs:
+        judged = _stats.judge(run, method=method, margin=margin, n_boot=1000)
+        for name, c in judged["configs"].items():
+            if name == judged["baseline"]:
+                continue
+            counts = out.setdefault(name, {})
+            for row in c["shapes"].values():
+                key = row["ci_verdict"] if row["ci_verdict"] in (_stats.WIN, _stats.LOSS, _stats.NO_DIFFERENCE) \
+                    else ("invalid" if row["verdict"] == "invalid" else "not called")
+                counts[key] = counts.get(key, 0) + 1
+    return out
+
+
+def ground_truth(bed: dict[str, Any], names: list[str], requests: int) -> dict[str, float]:
+    """Each config served once, ``requests`` prose requests: exp(mean log rate) per config."""
+    out = {}
+    for name in names:
+        bench = measure(bed, bed["configs"][name], seed=9999, prompts=requests, shapes=["prose"])
+        rates = [r["predicted_per_second"] for r in bench["requests"] if r.get("predicted_per_second")]
+        out[name] = math.exp(statistics.fmean(math.log(r) for r in rates))
+    return out
+
+
+def print_table(runs_by_bed: dict[str, list[dict[str, Any]]], margin: float) -> None:
+    expected = {"twin": "no difference", "draft-n4": "win", "noisy-n8": "loss"}
+    print("| bed | config | truth | runs | shape verdicts | method | no difference | win | loss | not called "
+          "| right |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for bed, runs in runs_by_bed.items():
+        if not runs:
+            continue
+        for method, label, m in (("rounds", "t over rounds", margin), ("request-bootstrap", "old bootstrap", 0.0)):
+            counts = tally(runs, method, m)
+            for name, c in counts.items():
+                total = sum(c.values())
+                right = c.get(expected.get(name, ""), 0)
+                print(f"| {bed} | {name} | {expected.get(name, '?')} | {len(runs)} | {total} | {label} | "
+                      f"{c.get('no difference', 0)} | {c.get('win', 0)} | {c.get('loss', 0)} | "
+                      f"{c.get('not called', 0) + c.get('invalid', 0)} | {100.0 * right / total:.0f} % |")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny-runs", type=int, default=12)
+    ap.add_argument("--win-runs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per shape per server start")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the win bed's server")
+    ap.add_argument("--truth-requests", type=int, default=8)
+    ap.add_argument("--margin", type=float, default=_stats.EQUIVALENCE_MARGIN)
+    ap.add_argument("--save", default=str(Path("results") / "calibration.json"),
+                    help="where the raw runs go (JSON), to re-judge them later")
+    ap.add_argument("--load", help="re-judge saved runs instead of measuring")
+    args = ap.parse_args(argv)
+
+    if args.load:
+        saved = json.loads(Path(args.load).read_text())
+        print_table(saved["runs"], args.margin)
+        print(f"\nground truth (win bed, prose, tok/s): {saved.get('truth')}")
+        return 0
+
+    models.write_win_set(CACHE / "win-models")
+    bed_defs = beds(args.threads)
+    started = time.monotonic()
+    runs_by_bed: dict[str, list[dict[str, Any]]] = {"tiny": [], "win": []}
+    truth = {}
+    if args.win_runs:
+        truth = ground_truth(bed_defs["win"], list(bed_defs["win"]["configs"]), args.truth_requests)
+        base = truth["baseline"]
+        print("ground truth, win bed (one server each, " + str(args.truth_requests) + " prose requests): "
+              + ", ".join(f"{n} {v:.1f} tok/s ({v / base:.2f}x)" for n, v in truth.items()), flush=True)
+    plan = [("tiny", i) for i in range(args.tiny_runs)] + [("win", i) for i in range(args.win_runs)]
+    for bed, i in plan:
+        t0 = time.monotonic()
+        names = list(bed_defs[bed]["configs"])
+        runs_by_bed[bed].append(one_run(bed_defs[bed], names, rounds=args.rounds, prompts=args.prompts,
+                                        seed=1000 * (bed == "win") + i))
+        print(f"{bed} run {i + 1}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps({"runs": runs_by_bed, "truth": truth, "args": vars(args)}))
+    print(f"\n{args.rounds} rounds x {args.prompts} prompts per shape per server start; "
+          f"margin {args.margin:g}; {time.monotonic() - started:.0f} s in all\n")
+    print_table(runs_by_bed, args.margin)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
