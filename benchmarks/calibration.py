@@ -62,19 +62,38 @@ def beds(threads: int) -> dict[str, dict[str, Any]]:
             "configs": {
                 "baseline": {},
                 "twin": {"env": TWIN_ENV},
-                "draft-n4": {"args": ["--spec-type", "draft-simple", "-md", str(win / "draft-win.gguf"),
-                                      "--spec-draft-n-max", "4"], "chain": ["draft-simple"], "k": 4},
-                "noisy-n8": {"args": ["--spec-type", "draft-simple", "-md", str(win / "draft-win-noisy.gguf"),
-                                      "--spec-draft-n-max", "8", "--spec-draft-n-min", "8",
-                                      "--spec-draft-p-min", "0"], "chain": ["draft-simple"], "k": 8},
+                "draft-n4": draft_config(win / "draft-win.gguf", 4),
+                "noisy-n8": draft_config(win / "draft-win-noisy.gguf", 8, ["--spec-draft-n-min", "8",
+                                                                         "--spec-draft-p-min", "0"]),
             },
         },
     }
 
 
+def draft_config(draft: Path, k: int, extra: list[str] | None = None) -> dict[str, Any]:
+    """draft-simple at depth k; server_config says the same in the env names the A/B role would write."""
+    return {"args": ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(k), *(extra or [])],
+            "chain": ["draft-simple"], "k": k,
+            "server_config": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": str(draft),
+                              "LLAMA_ARG_SPEC_DRAFT_N_MAX": str(k)}}
+
+
+def prediction_bed(threads: int) -> dict[str, Any]:
+    """The win bed with the draft model served alone (a drafter probe: d_s measured) and depths 2, 4, 8."""
+    win = CACHE / "win-models"
+    bed = dict(beds(threads)["win"])
+    draft = win / "draft-win.gguf"
+    bed["configs"] = {
+        "baseline": {},
+        "drafter-alone": {"model": draft, "server_config": {"LLAMA_ARG_MODEL": str(draft)}},
+        **{f"draft-n{k}": draft_config(draft, k) for k in (2, 4, 8)},
+    }
+    return bed
+
+
 def serve(bed: dict[str, Any], config: dict[str, Any]) -> LlamaServer:
-    return LlamaServer(bed["target"], args=[*bed["threads"], *config.get("args", [])], env=config.get("env"),
-                       ctx_size=2048)
+    return LlamaServer(config.get("model") or bed["target"], args=[*bed["threads"], *config.get("args", [])],
+                       env=config.get("env"), ctx_size=2048)
 
 
 def measure(bed: dict[str, Any], config: dict[str, Any], *, seed: int, prompts: int, repeats: int = 1,
@@ -92,11 +111,15 @@ def one_run(bed: dict[str, Any], names: list[str], *, rounds: int, prompts: int,
         for order, name in enumerate(names[shift:] + names[:shift]):
             bench = measure(bed, bed["configs"][name], seed=seed * 100 + rnd, prompts=prompts)
             entries.append({"config": name, "round": rnd, "order": order, "bench": bench, "error": None,
-                            "server_config": bed["configs"][name].get("env", {})})
+                            "server_config": server_config(bed["configs"][name])})
     configs = [{"name": n, "chain": bed["configs"][n].get("chain", []),
-                "server_config": bed["configs"][n].get("env", {}),
+                "server_config": server_config(bed["configs"][n]),
                 **({"k": bed["configs"][n]["k"]} if "k" in bed["configs"][n] else {})} for n in names]
     return {"host": "calibration", "baseline": "baseline", "configs": configs, "entries": entries}
+
+
+def server_config(config: dict[str, Any]) -> dict[str, str]:
+    return {**config.get("env", {}), **config.get("server_config", {})}
 
 
 def tally(runs: list[dict[str, Any]], method: str, margin: float) -> dict[str, dict[str, int]]:
@@ -143,6 +166,19 @@ def print_table(runs_by_bed: dict[str, list[dict[str, Any]]], margin: float) -> 
                       f"{c.get('not called', 0) + c.get('invalid', 0)} | {100.0 * right / total:.0f} % |")
 
 
+def print_prediction(run: dict[str, Any]) -> None:
+    judged = _stats.judge(run)
+    print("| config | shape | K | p | t_s ms | d_s ms | predicted tok/s | measured tok/s | measured / predicted |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for p in judged["prediction"]:
+        ratio = p["measured_tok_s"] / p["predicted_tok_s"] if p.get("predicted_tok_s") else None
+        print(f"| {p['config']} | {p['shape']} | {p['k']} | {p['p']:.3f} | {p['t_s_ms']:.1f} | "
+              f"{p['d_s_ms']:.2f} | {p['predicted_tok_s']:.1f} | {p['measured_tok_s']:.1f} | "
+              f"{ratio:.2f} |" if ratio else f"| {p['config']} | {p['shape']} | no d_s: {p['d_s_source']} |")
+    sources = sorted({p["d_s_source"] for p in judged["prediction"]})
+    print("\nd_s from: " + "; ".join(sources))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny-runs", type=int, default=12)
@@ -155,12 +191,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--save", default=str(Path("results") / "calibration.json"),
                     help="where the raw runs go (JSON), to re-judge them later")
     ap.add_argument("--load", help="re-judge saved runs instead of measuring")
+    ap.add_argument("--predict-rounds", type=int, default=2,
+                    help="rounds of the prediction run (baseline, the draft alone, draft-simple at 2, 4, 8); 0 skips")
     args = ap.parse_args(argv)
 
     if args.load:
         saved = json.loads(Path(args.load).read_text())
         print_table(saved["runs"], args.margin)
         print(f"\nground truth (win bed, prose, tok/s): {saved.get('truth')}")
+        if saved.get("prediction"):
+            print()
+            print_prediction(saved["prediction"])
         return 0
 
     models.write_win_set(CACHE / "win-models")
@@ -173,6 +214,13 @@ def main(argv: list[str]) -> int:
         base = truth["baseline"]
         print("ground truth, win bed (one server each, " + str(args.truth_requests) + " prose requests): "
               + ", ".join(f"{n} {v:.1f} tok/s ({v / base:.2f}x)" for n, v in truth.items()), flush=True)
+    prediction = None
+    if args.predict_rounds:
+        pbed = prediction_bed(args.threads)
+        prediction = one_run(pbed, list(pbed["configs"]), rounds=args.predict_rounds, prompts=args.prompts, seed=77)
+        print("\nprediction against measurement on the win bed (d_s measured: the draft model served alone)\n")
+        print_prediction(prediction)
+        print(flush=True)
     plan = [("tiny", i) for i in range(args.tiny_runs)] + [("win", i) for i in range(args.win_runs)]
     for bed, i in plan:
         t0 = time.monotonic()
@@ -181,7 +229,8 @@ def main(argv: list[str]) -> int:
                                         seed=1000 * (bed == "win") + i))
         print(f"{bed} run {i + 1}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.save).write_text(json.dumps({"runs": runs_by_bed, "truth": truth, "args": vars(args)}))
+        Path(args.save).write_text(json.dumps({"runs": runs_by_bed, "truth": truth, "prediction": prediction,
+                                               "args": vars(args)}))
     print(f"\n{args.rounds} rounds x {args.prompts} prompts per shape per server start; "
           f"margin {args.margin:g}; {time.monotonic() - started:.0f} s in all\n")
     print_table(runs_by_bed, args.margin)
