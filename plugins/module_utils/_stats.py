@@ -1072,8 +1072,11 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
         d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given (inventory), not measured"
     if d_s is not None:
         predicted = be.rate(p, k, d_s, t_s, draft_passes=passes)
+        # what verifying K+1 tokens cost, in target steps, if d_s is right: the arithmetic assumes 1.1 (a GPU
+        # verifies a short batch for about the price of one step); a CPU pays more per extra token
+        implied_verify = (1000.0 * a / row["median_tok_s"] - passes * d_s) / t_s if t_s > 0 else None
         out.update(d_s_ms=d_s, predicted_tok_s=predicted, predicted_speedup=predicted / base_row["median_tok_s"],
-                   implied_d_s_ms=None)
+                   implied_d_s_ms=None, implied_verify_steps=implied_verify)
     else:
         # the d_s at which the arithmetic reproduces the measured rate
         implied = (1000.0 * a / row["median_tok_s"] - be.VERIFY_FACTOR * t_s) / passes

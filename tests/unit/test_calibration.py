@@ -146,6 +146,8 @@ def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared()
     assert pred["d_s_ms"] == pytest.approx(1000.0 / probe["shapes"]["prose"]["median_tok_s"])
     assert pred["d_s_source"].startswith("measured: draft-alone") and pred["d_s_given_ms"] == 12.0
     assert pred["t_s_source"].startswith("measured: the baseline on prose")
+    rounds = 1000.0 * pred["expected_accepted"] / pred["measured_tok_s"]
+    assert pred["implied_verify_steps"] == pytest.approx((rounds - 3 * pred["d_s_ms"]) / pred["t_s_ms"])
     rec = j["recommendation"]
     assert rec["config"] == "d"
     assert any(e["config"] == "draft-alone" and e["status"] == st.DRAFTER_PROBE for e in rec["excluded"])
