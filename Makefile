@@ -10,7 +10,7 @@ export LLMFLEET_CACHE := $(CACHE)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
+.PHONY: all venv collection llama-server models win-models benchmark-calibration demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
 
 all: test
 
@@ -36,6 +36,11 @@ llama-server: venv
 
 models: venv
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
+
+# The win test bed: a memory-bound 413 MB F16 target and its exact one-layer drafts (about 0.9 GB, written
+# once into the cache; deterministic).
+win-models: venv
+	PYTHONPATH=tests $(PY) -m testbed.models --win $(CACHE)/win-models
 
 # The main job on the embedded default: inspect the demo models, preflight the demo host's configs, then
 # the A/B protocol (role spec_ab, what spec-ab.yml runs) against a podman container booting systemd that
@@ -86,14 +91,15 @@ define host_env
 export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
 image=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
 server=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) || exit 1; \
-export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models
+export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models \
+  SPECDEC_WIN_MODELS_DIR=$(CACHE)/win-models
 endef
 
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults
-molecule: venv collection llama-server models
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults win
+molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
 	passed=0; failed=0; \
@@ -156,6 +162,11 @@ benchmark-ab: venv collection llama-server models
 	@$(container_tools)
 	@$(host_env); \
 	PYTHONPATH=.build/collections $(PY) benchmarks/ab_overhead.py
+
+# How often the A/B calls an identical config (A/A twin) different, and a real win a win: many protocol-shaped
+# runs on the real llama-server (tests/testbed/server.py, no systemd), old and new method side by side.
+benchmark-calibration: venv collection llama-server models win-models
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/calibration.py
 
 clean:
 	rm -rf .build .pytest_cache .ruff_cache

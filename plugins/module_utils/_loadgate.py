@@ -202,14 +202,26 @@ def load_section(entries_by_config: Mapping[str, list[Mapping[str, Any]]], basel
                 seed = f"{boot['seed']}:{name}:{s}:load:{label}"
                 cell: dict[str, Any] = {"tok_s": None, "tok_s_ci_low": None, "tok_s_ci_high": None, "speedup": None,
                                         "ci_low": None, "ci_high": None, "verdict": None, "n": len(mine)}
-                if mine:
-                    cell["tok_s"], cell["tok_s_ci_low"], cell["tok_s_ci_high"] = _stats.bootstrap_median_ci(
-                        mine, n=boot["n"], seed=seed, alpha=boot["alpha"])
-                if name != baseline and mine and theirs:
-                    ci = _stats.bootstrap_ratio_ci(mine, theirs, n=boot["n"], seed=seed, alpha=boot["alpha"])
-                    enough = len(mine) >= _stats.MIN_REQUESTS and len(theirs) >= _stats.MIN_REQUESTS
-                    cell.update(speedup=ci.ratio, ci_low=ci.low, ci_high=ci.high,
-                                verdict=_stats.verdict(ci.low, ci.high) if enough else "too few requests")
+                if boot.get("method", "rounds") == "rounds":
+                    # the single-stream method: rounds (server starts) are the replicates, bursts and streams
+                    # inside one start are its requests
+                    if mine:
+                        cell["tok_s"], cell["tok_s_ci_low"], cell["tok_s_ci_high"] = _stats.round_rate_ci(
+                            mine, alpha=boot["alpha"])
+                    if name != baseline and mine and theirs:
+                        rci = _stats.round_ratio_ci(mine, theirs, alpha=boot["alpha"])
+                        cell.update(speedup=rci.ratio, ci_low=rci.low, ci_high=rci.high,
+                                    verdict=_stats.round_verdict(rci, boot.get("margin", _stats.EQUIVALENCE_MARGIN)),
+                                    n_rounds=rci.rounds)
+                else:
+                    if mine:
+                        cell["tok_s"], cell["tok_s_ci_low"], cell["tok_s_ci_high"] = _stats.bootstrap_median_ci(
+                            mine, n=boot["n"], seed=seed, alpha=boot["alpha"])
+                    if name != baseline and mine and theirs:
+                        ci = _stats.bootstrap_ratio_ci(mine, theirs, n=boot["n"], seed=seed, alpha=boot["alpha"])
+                        enough = len(mine) >= _stats.MIN_REQUESTS and len(theirs) >= _stats.MIN_REQUESTS
+                        cell.update(speedup=ci.ratio, ci_low=ci.low, ci_high=ci.high,
+                                    verdict=_stats.verdict(ci.low, ci.high) if enough else "too few requests")
                 row[label] = cell
             rows[s] = row
         out[name] = rows

@@ -54,7 +54,7 @@ def build_document(run: Any, judged: Mapping[str, Any], environment: Mapping[str
         for shape in judged["shapes"]:
             r = j["shapes"][shape]
             verdicts.append({"config": name, "shape": shape, "status": j["status"], "verdict": r["verdict"],
-                             "ci_verdict": r["ci_verdict"], "median_tok_s": r["median_tok_s"],
+                             "ci_verdict": r["ci_verdict"], "n": r.get("n"), "median_tok_s": r["median_tok_s"],
                              "speedup": r["speedup"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
                              "lossless": r["lossless"], "engaged": r["engaged"]})
     env = dict(checked.get("environment") or {})
@@ -185,9 +185,11 @@ def _overview(j: Mapping[str, Any]) -> list[str]:
         cells = [name, c["status"], _lossless(c["lossless"]), _engaged(c["engaged"])]
         for s in j["shapes"]:
             r = c["shapes"][s]
-            cells.append(r["verdict"] if r["speedup"] is None else f"{r['verdict']} {r['speedup']:.2f}x")
+            text = r["verdict"] if r["speedup"] is None else f"{r['verdict']} {r['speedup']:.2f}x"
+            cells.append(f"{text} (n {r['n']})" if r.get("n") and name != j["baseline"] else text)
         rows.append(cells)
-    return _table(header, rows)
+    return [*_table(header, rows), "", "n = rounds x requests per side per round (the fewest in any round); "
+            "each round is one server start per config."]
 
 
 def _status_section(j: Mapping[str, Any]) -> list[str]:
@@ -215,6 +217,10 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
             note = "no measurement at all" if c["status"] == _stats.FAILED else "partial: never a winner"
             out.append(f"- **{name}: {c['status']}** ({note}).")
             rest = c["problems"]
+        elif c["status"] == _stats.DRAFTER_PROBE:
+            out.append(f"- {name}: DRAFTER PROBE: serves the draft model of {', '.join(c['probe_for'])} alone; "
+                       f"its rate gives the drafter's step d_s for the prediction (never compared or recommended).")
+            rest = c["problems"]
         elif c["status"] == _stats.NEGATIVE_CONTROL:
             out.append(f"- {name}: NEGATIVE CONTROL (no chain, no drafts): it should show no difference "
                        f"from the baseline.")
@@ -235,15 +241,17 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
 
 
 def _shape_table(j: Mapping[str, Any], shape: str) -> list[str]:
-    header = ["config", "status", "tok/s median [95 % CI]", "speedup [95 % CI]", "acceptance",
-              "mean accepted len", "verdict", "lossless", "engaged", "requests"]
+    header = ["config", "status", "tok/s [95 % CI]", "median tok/s", "speedup [95 % CI]", "acceptance",
+              "mean accepted len", "verdict", "n", "lossless", "engaged", "requests"]
     rows = []
     for name in j["order"]:
         c = j["configs"][name]
         r = c["shapes"][shape]
-        rows.append([name, c["status"], _ci(r["median_tok_s"], r["tok_s_ci_low"], r["tok_s_ci_high"], "{:.1f}"),
+        rate = r.get("tok_s", r["median_tok_s"])
+        rows.append([name, c["status"], _ci(rate, r["tok_s_ci_low"], r["tok_s_ci_high"], "{:.1f}"),
+                     _num(r["median_tok_s"], "{:.1f}"),
                      _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x") if r["speedup"] is not None else "-",
-                     _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r["verdict"],
+                     _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r["verdict"], r.get("n") or "-",
                      _lossless(r["lossless"], r), _engaged(r["engaged"]), r["n_requests"]])
     return _table(header, rows)
 
@@ -297,14 +305,26 @@ def _positions(j: Mapping[str, Any]) -> list[str]:
     rows = [(n, j["configs"][n]) for n in j["order"] if j["configs"][n]["acceptance_by_position"]]
     if not rows:
         return ["No per-position counters (llama-server's /metrics deltas) in this run."]
-    width = max(len(c["acceptance_by_position"]) for _, c in rows)
+
+    def shown(c: Mapping[str, Any]) -> int:
+        drafted = c.get("positions_drafted")
+        return len(c["acceptance_by_position"]) if drafted is None else drafted
+
+    width = max(shown(c) for _, c in rows)
     header = ["config", *(f"pos {i + 1}" for i in range(width)), "source"]
     body = []
+    hidden = []
     for n, c in rows:
-        cells = [_pct(v) for v in c["acceptance_by_position"]]
+        cells = [_pct(v) for v in c["acceptance_by_position"][:shown(c)]]
         body.append([n, *cells, *["-"] * (width - len(cells)), c["acceptance_by_position_source"]])
-    return ["Share of drafting rounds whose token at each draft position was accepted "
-            "(accepted_per_pos / drafts).", "", *_table(header, body)]
+        if len(c["acceptance_by_position"]) > shown(c):
+            hidden.append(f"{n}: positions {shown(c) + 1}-{len(c['acceptance_by_position'])}")
+    out = ["Share of drafting rounds whose token at each draft position was accepted "
+           "(accepted_per_pos / drafts), for the positions that were drafted: up to the config's depth K or "
+           "the deepest position ever accepted.", "", *_table(header, body)]
+    if hidden:
+        out += ["", f"Never drafted, so not shown (every position is in the JSON): {'; '.join(hidden)}."]
+    return out
 
 
 def _prediction(j: Mapping[str, Any]) -> list[str]:
@@ -322,10 +342,16 @@ def _prediction(j: Mapping[str, Any]) -> list[str]:
                      _num(p["predicted_speedup"], "{:.2f}x"),
                      _ci(p["measured_speedup"], p["ci_low"], p["ci_high"], "{:.2f}", "x")])
     notes = sorted({f"{p['config']}: K = {p['k']} ({p['k_source']})" for p in rows})
+    notes += sorted({f"{p['config']} on {p['shape']}: t_s {_num(p['t_s_ms'])} ms, {p['t_s_source']}; d_s "
+                     + (f"{_num(p['d_s_ms'])} ms, {p['d_s_source']}" if p.get("d_s_ms") is not None
+                        else p.get("d_s_source", "not given"))
+                     for p in rows if p.get("t_s_source")})
     notes += sorted({f"{p['config']} on {p['shape']}: {p['note']}" for p in rows if p.get("note")})
     return (["The break-even arithmetic (round_time = passes * d_s + 1.1 * t_s, A = (1 - p^(K+1)) / (1 - p)) "
              "fed with the measured acceptance and the baseline's step t_s = 1000 / (baseline tok/s / its "
-             "tokens per pass). Without a given d_s the table shows the d_s that the measured rate implies.", ""]
+             "tokens per pass). d_s is measured when the run has a drafter probe (a config serving the draft "
+             "model alone), else taken from inventory; without either the table shows the d_s that the "
+             "measured rate implies. Where each input came from is listed below the table.", ""]
             + _table(header, body) + [""] + [f"- {n}" for n in notes])
 
 
@@ -345,9 +371,10 @@ def _recommendation(j: Mapping[str, Any]) -> list[str]:
                     f"[{rec['ci_low']:.2f}, {rec['ci_high']:.2f}]."]
     if rec["candidates"]:
         out.append("")
-        out.extend(_table(["config", "mix tok/s", "speedup [95 % CI]", "verdict"],
+        out.extend(_table(["config", "mix tok/s", "speedup [95 % CI]", "verdict", "n"],
                           [[c["config"], _num(c["mix_tok_s"], "{:.1f}"),
-                            _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"]]
+                            _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"],
+                            c.get("n") or "-"]
                            for c in rec["candidates"]]))
     if rec["excluded"]:
         out.append("")
@@ -357,11 +384,27 @@ def _recommendation(j: Mapping[str, Any]) -> list[str]:
 
 def _method(j: Mapping[str, Any]) -> list[str]:
     b = j["bootstrap"]
+    st = j.get("statistics") or {"method": "request-bootstrap"}
+    if st["method"] == "rounds":
+        margin = st["margin"]
+        intervals = [
+            f"- Speedup intervals: {st['scheme']}; {100 * (1 - st['alpha']):.0f} % interval. Verdict: win when the "
+            f"whole interval lies above {1 + margin:g}, loss when it lies below {1 / (1 + margin):.3f} (a "
+            f"practical-equivalence margin of {100 * margin:g} %), otherwise no difference. Fewer than "
+            f"{st['min_rounds']} rounds gives \"{_stats.TOO_FEW_ROUNDS}\", fewer than "
+            f"{st['min_requests_per_round']} requests per side in a round \"{_stats.TOO_FEW_REQUESTS}\".",
+            "- Decode rate: each request's predicted_per_second (llama-server's timings); tok/s is the geometric "
+            "mean over rounds of each round's geometric mean, with its t-interval over rounds; the median over "
+            "requests is shown beside it."]
+    else:
+        intervals = [
+            f"- Speedup intervals: {b['scheme']}; {b['n']} resamples, seed {b['seed']}, "
+            f"{100 * (1 - b['alpha']):.0f} % interval. Verdict: win when the whole interval lies above 1, loss when "
+            f"below, otherwise no difference; fewer than {b['min_requests']} requests on a side gives none.",
+            "- Decode rate: each request's predicted_per_second (llama-server's timings); median over requests and "
+            "rounds."]
     return [
-        f"- Speedup intervals: {b['scheme']}; {b['n']} resamples, seed {b['seed']}, "
-        f"{100 * (1 - b['alpha']):.0f} % interval. Verdict: win when the whole interval lies above 1, loss when "
-        f"below, otherwise no difference; fewer than {b['min_requests']} requests on a side gives none.",
-        "- Decode rate: each request's predicted_per_second (llama-server's timings); median over requests and rounds.",
+        *intervals,
         "- Acceptance: sum(draft_n_accepted) / sum(draft_n) over the shape's requests (a request whose reply "
         "carries no draft counters, as vLLM's, counts its /metrics delta instead).",
         f"- Mean accepted length: {j['method']['mean_accepted_len']}.",
@@ -395,7 +438,7 @@ def history_record(document: Mapping[str, Any]) -> dict[str, Any]:
         configs[name] = {
             "status": c["status"],
             "shapes": {s: {"median_tok_s": r["median_tok_s"], "speedup": r["speedup"], "ci_low": r["ci_low"],
-                           "ci_high": r["ci_high"], "verdict": r["verdict"]}
+                           "ci_high": r["ci_high"], "verdict": r["verdict"], "n": r.get("n")}
                        for s, r in c["shapes"].items()},
         }
     rec = document.get("recommendation")
@@ -412,13 +455,14 @@ def history_line(document: Mapping[str, Any]) -> str:
 def summary_lines(document: Mapping[str, Any]) -> list[str]:
     """The per-shape verdict table as plain lines, for playbook output and job stats."""
     j = document["judged"]
-    lines = ["shape | config | status | tok/s | speedup [95 % CI] | verdict"]
+    lines = ["shape | config | status | tok/s | speedup [95 % CI] | verdict | n"]
     for shape in j["shapes"]:
         for name in j["order"]:
             c = j["configs"][name]
             r = c["shapes"][shape]
             lines.append(" | ".join([shape, name, c["status"], _num(r["median_tok_s"], "{:.1f}"),
-                                     _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x"), r["verdict"]]))
+                                     _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x"), r["verdict"],
+                                     str(r.get("n") or "-")]))
     rec = j["recommendation"]
     if rec is None:
         lines.append("recommendation: none (declare a traffic mix to get one; the per-shape table is the answer)")

@@ -12,8 +12,9 @@ measurement failed, ``bench: null`` and an ``error``. :func:`judge` turns a run 
   NOT ENGAGED whatever its flags say; a config with an empty chain and no drafts is the
   NEGATIVE CONTROL (it should show no difference from the baseline);
 - per shape: median decode tok/s, acceptance, mean accepted length, speedup against the baseline
-  with a bootstrap 95 % interval over requests and rounds, and a verdict (win / loss / no
-  difference);
+  with a 95 % t-interval over rounds (the unit of replication is a server start, see
+  :func:`round_ratio_ci`), its n (rounds x requests per side) and a verdict (win / loss / no
+  difference, or "too few rounds/requests to call");
 - prediction against measurement with the break-even arithmetic of ``_breakeven``;
 - an overall recommendation only from a traffic mix the caller declares.
 
@@ -38,7 +39,11 @@ NOT_ENGAGED = "NOT ENGAGED"
 NEGATIVE_CONTROL = "NEGATIVE CONTROL"
 INCOMPLETE = "INCOMPLETE"
 FAILED = "FAILED"
-STATUSES = (BASELINE, OK, NEGATIVE_CONTROL, INCOMPLETE, NOT_ENGAGED, INVALID, FAILED)
+# A config that serves a candidate's draft model alone: it measures the drafter's step d_s and is never
+# compared (its text is the draft's, not the target's) nor recommended.
+DRAFTER_PROBE = "DRAFTER PROBE"
+STATUSES = (BASELINE, OK, NEGATIVE_CONTROL, INCOMPLETE, NOT_ENGAGED, INVALID, FAILED, DRAFTER_PROBE)
+DRAFT_MODEL_VARS = ("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT")
 # Statuses whose numbers may carry a recommendation. A negative control is a control, not a candidate.
 ELIGIBLE = (OK,)
 
@@ -46,10 +51,27 @@ WIN = "win"
 LOSS = "loss"
 NO_DIFFERENCE = "no difference"
 VACUOUS = "vacuous"
-# Fewer requests than this on either side and no verdict is given: a one-sample "interval" is a point.
+TOO_FEW_ROUNDS = "too few rounds to call"
+TOO_FEW_REQUESTS = "too few requests to call"
+# Below these no verdict is given. Rounds are the replicates (each config gets its own server start per
+# round), so one round gives no estimate of the start-to-start variance at all; requests are averaged
+# within a round, and a single request per side per round lets one slow reply decide the round.
+MIN_ROUNDS = 2
+MIN_REQUESTS_PER_ROUND = 2
+# The old request-level bootstrap's minimum (kept for method="request-bootstrap").
 MIN_REQUESTS = 3
+# Practical equivalence: a verdict needs the whole interval beyond 1 +- this share. Chosen from the A/A
+# calibration benchmark (benchmarks/calibration.py): see README, "Calibration".
+EQUIVALENCE_MARGIN = 0.02
+METHODS = ("rounds", "request-bootstrap")
 DEFAULT_K = 3  # llama.cpp's default --spec-draft-n-max
 
+ROUNDS_SCHEME = (
+    "paired by round: per (config, round) a shape is summarised by the mean of the log per-request decode "
+    "rates (each config has its own server start in every round, so a round is one replicate); each "
+    "candidate round is paired with the baseline's round; a Student t-interval (df = rounds - 1) on the mean "
+    "paired log ratio, exp() back to a ratio. The spread between server starts and rounds is in that "
+    "interval; a percentile bootstrap over requests ignores it")
 BOOTSTRAP_SCHEME = (
     "percentile bootstrap, stratified by round: in every round the requests are resampled with "
     "replacement, paired by (prompt_index, repeat) when candidate and baseline have exactly the same "
@@ -98,13 +120,14 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def verdict(ci_low: float | None, ci_high: float | None) -> str:
-    """``win`` when the whole interval lies above 1, ``loss`` when below, otherwise ``no difference``."""
+def verdict(ci_low: float | None, ci_high: float | None, margin: float = 0.0) -> str:
+    """``win`` when the whole interval lies above 1 + margin, ``loss`` when below 1 / (1 + margin),
+    otherwise ``no difference``."""
     if ci_low is None or ci_high is None:
         return NO_DIFFERENCE
-    if ci_low > 1.0:
+    if ci_low > 1.0 + margin:
         return WIN
-    if ci_high < 1.0:
+    if ci_high < 1.0 / (1.0 + margin):
         return LOSS
     return NO_DIFFERENCE
 
@@ -289,6 +312,202 @@ def bootstrap_mix_ci(candidate: Mapping[str, Mapping[Any, float] | Sequence[floa
     low, high = _interval(ratios, alpha)
     scheme = schemes.pop() if len(schemes) == 1 else "mixed"
     return RatioCI(point, low, high, scheme)
+
+
+# ---------------------------------------------------------------------------------------------
+# the calibrated method: rounds are the replicates
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise ReportInputError(f"t distribution: df must be > 0, got {df!r}")
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    if not 0.0 < q < 1.0:
+        raise ReportInputError(f"t quantile: q must lie in (0, 1), got {q!r}")
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def round_log_means(values: Mapping[Any, float]) -> dict[Any, tuple[float, int]]:
+    """Per round (the first element of each key): (mean of log rate, number of requests).
+
+    A round's geometric-mean rate is exp() of its mean; the mean of logs keeps one slow request from
+    weighing more than one fast one, and makes a ratio a difference.
+    """
+    sums: dict[Any, list[float]] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ReportInputError(f"rate[{key!r}]: expected a positive finite number, got {value!r}")
+        rnd = key[0] if isinstance(key, tuple) and key else None
+        sums.setdefault(rnd, []).append(math.log(value))
+    return {r: (sum(v) / len(v), len(v)) for r, v in sums.items()}
+
+
+class RoundCI(NamedTuple):
+    """A ratio (candidate / baseline) with its t-interval over rounds, and the n behind it."""
+
+    ratio: float | None
+    low: float | None  # None below MIN_ROUNDS: no interval
+    high: float | None
+    rounds: int  # rounds measured on both sides
+    requests: int  # fewest requests on one side in one of those rounds
+    candidate_requests: int
+    baseline_requests: int
+    df: int
+
+    @property
+    def n(self) -> str:
+        """n as shown with a verdict: rounds x requests per side per round."""
+        return f"{self.rounds}x{self.requests}"
+
+
+def _t_interval(diffs: Sequence[float], alpha: float) -> tuple[float, float | None, float | None]:
+    """(mean, low, high) of the differences: mean +- t(1 - alpha/2, R - 1) * sd / sqrt(R); no interval below 2."""
+    r = len(diffs)
+    mean = sum(diffs) / r
+    if r < 2:
+        return mean, None, None
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (r - 1))
+    half = t_quantile(1.0 - alpha / 2.0, r - 1) * sd / math.sqrt(r)
+    return mean, mean - half, mean + half
+
+
+def _check_alpha(alpha: float) -> None:
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0.0 < alpha < 1.0:
+        raise ReportInputError(f"alpha must lie in (0, 1), got {alpha!r}")
+
+
+def round_ratio_ci(candidate_values: Mapping[Any, float], baseline_values: Mapping[Any, float], *,
+                   alpha: float = 0.05) -> RoundCI:
+    """Speedup (candidate / baseline) with a t-interval over rounds.
+
+    Both sides map ``(round, prompt_index, repeat) -> decode tok/s``. Per round and side the requests are
+    summarised by the mean log rate; the rounds measured on both sides are paired (candidate round r
+    against baseline round r: the same prompts, the same stretch of the machine's day); the interval is
+    the Student t-interval with df = rounds - 1 on the mean paired log ratio, exp() back to a ratio.
+    Only the rounds carry degrees of freedom: requests within a round share that round's server start,
+    so they are not independent replicates of the comparison.
+    """
+    _check_alpha(alpha)
+    cand = round_log_means(candidate_values)
+    base = round_log_means(baseline_values)
+    common = sorted(set(cand) & set(base), key=repr)
+    if not common:
+        return RoundCI(None, None, None, 0, 0, sum(n for _, n in cand.values()),
+                       sum(n for _, n in base.values()), 0)
+    diffs = [cand[r][0] - base[r][0] for r in common]
+    mean, low, high = _t_interval(diffs, alpha)
+    fewest = min(min(cand[r][1], base[r][1]) for r in common)
+    return RoundCI(math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high),
+                   len(common), fewest, sum(cand[r][1] for r in common), sum(base[r][1] for r in common),
+                   len(common) - 1)
+
+
+def round_rate_ci(values: Mapping[Any, float], *, alpha: float = 0.05) -> tuple[float, float | None, float | None]:
+    """One config's decode rate: (geometric mean over rounds of the round means, t-interval low, high)."""
+    _check_alpha(alpha)
+    means = [m for _, (m, _n) in sorted(round_log_means(values).items(), key=lambda kv: repr(kv[0]))]
+    if not means:
+        raise ReportInputError("rate: no values")
+    mean, low, high = _t_interval(means, alpha)
+    return math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high)
+
+
+def round_mix_ci(candidate: Mapping[str, Mapping[Any, float]], baseline: Mapping[str, Mapping[Any, float]],
+                 weights: Mapping[str, float], *, alpha: float = 0.05) -> RoundCI:
+    """Speedup over a traffic mix with the same method as :func:`round_ratio_ci`.
+
+    Per round and side every shape's geometric-mean rate is combined with :func:`mix_rate`; the rounds
+    in which both sides measured every shape of the mix are paired and a t-interval (df = rounds - 1)
+    is taken on the mean log ratio of the mix rates.
+    """
+    _check_alpha(alpha)
+    shapes = [s for s in weights if weights[s] > 0]
+    per_c: dict[str, dict[Any, tuple[float, int]]] = {}
+    per_b: dict[str, dict[Any, tuple[float, int]]] = {}
+    for s in shapes:
+        if s not in candidate or s not in baseline:
+            raise ReportInputError(f"mix.{s}: no measurement of this shape on both sides")
+        per_c[s] = round_log_means(candidate[s])
+        per_b[s] = round_log_means(baseline[s])
+    rounds = set.intersection(*(set(per_c[s]) & set(per_b[s]) for s in shapes)) if shapes else set()
+    common = sorted(rounds, key=repr)
+    if not common:
+        return RoundCI(None, None, None, 0, 0, 0, 0, 0)
+    diffs = []
+    for r in common:
+        mc = mix_rate({s: math.exp(per_c[s][r][0]) for s in shapes}, weights)
+        mb = mix_rate({s: math.exp(per_b[s][r][0]) for s in shapes}, weights)
+        diffs.append(math.log(mc) - math.log(mb))
+    mean, low, high = _t_interval(diffs, alpha)
+    fewest = min(min(per_c[s][r][1], per_b[s][r][1]) for s in shapes for r in common)
+    return RoundCI(math.exp(mean), None if low is None else math.exp(low), None if high is None else math.exp(high),
+                   len(common), fewest, sum(per_c[s][r][1] for s in shapes for r in common),
+                   sum(per_b[s][r][1] for s in shapes for r in common), len(common) - 1)
+
+
+def round_verdict(ci: RoundCI, margin: float = EQUIVALENCE_MARGIN) -> str:
+    """The verdict of a :class:`RoundCI`, or why none is called (too few rounds or requests)."""
+    if ci.rounds < MIN_ROUNDS or ci.low is None:
+        return TOO_FEW_ROUNDS
+    if ci.requests < MIN_REQUESTS_PER_ROUND:
+        return TOO_FEW_REQUESTS
+    return verdict(ci.low, ci.high, margin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,6 +807,21 @@ def _config_k(config: Mapping[str, Any], deltas: list[Mapping[str, Any]]) -> tup
     return DEFAULT_K, "default: llama.cpp's --spec-draft-n-max 3"
 
 
+def _positions_drafted(config: Mapping[str, Any], gathered: Mapping[str, Any], by_pos: list[float]) -> int:
+    """How many draft positions were drafted: the deepest position that was ever accepted, or the depth K
+    the config drafts to, whichever is deeper. llama-server exports a counter for every position up to
+    its n_max (64 for ngram-mod) whether or not a draft ever got that long; a position inside K that
+    never pays is a finding, a position past every draft is noise."""
+    if not by_pos:
+        return 0
+    last = max((i + 1 for i, v in enumerate(by_pos) if v > 0), default=0)
+    deltas = [r["metrics_delta"] for r in gathered["requests"] if isinstance(r.get("metrics_delta"), Mapping)]
+    k, source = _config_k(config, deltas)
+    if source.startswith("default"):
+        k = 0  # a guess says nothing about this run
+    return min(len(by_pos), max(last, k))
+
+
 def _drafter_of(config: Mapping[str, Any]) -> str | None:
     if config.get("drafter"):
         return str(config["drafter"])
@@ -625,6 +859,8 @@ def _status(cfg: dict[str, Any], is_baseline: bool, all_rounds: set[int]) -> tup
     incomplete = bool(cfg["errors"]) or not all_rounds <= cfg["rounds_ok"]
     if is_baseline:
         return BASELINE, problems
+    if cfg.get("probe_for"):
+        return DRAFTER_PROBE, problems
     if cfg["texts"]["lossless"] is False:
         d = cfg["texts"]["first_divergence"]
         problems.insert(0, f"output differs from the baseline on {d['shape']} prompt {d['prompt_index']} "
@@ -688,12 +924,20 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     samples = _rate_samples(reqs)
     row: dict[str, Any] = {"config": cfg["name"], "shape": shape, "n_requests": len(samples),
                            "n_rounds": len({k[0] for k in samples}), "median_tok_s": None,
-                           "tok_s_ci_low": None, "tok_s_ci_high": None, "speedup": None, "ci_low": None,
+                           "tok_s": None, "tok_s_ci_low": None, "tok_s_ci_high": None, "speedup": None,
+                           "ci_low": None,
                            "ci_high": None, "ci_scheme": None, "ci_verdict": None}
     seed = f"{boot['seed']}:{cfg['name']}:{shape}"
-    if samples:
+    per_round = round_log_means(samples) if samples else {}
+    row["n_per_round"] = {str(r): n for r, (_m, n) in sorted(per_round.items(), key=lambda kv: repr(kv[0]))}
+    row["n"] = f"{len(per_round)}x{min(n for _m, n in per_round.values())}" if per_round else "0x0"
+    if samples and boot["method"] == "rounds":
+        row["median_tok_s"] = median(samples.values())
+        row["tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = round_rate_ci(samples, alpha=boot["alpha"])
+    elif samples:
         row["median_tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = bootstrap_median_ci(
             samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
+        row["tok_s"] = row["median_tok_s"]
     row["acceptance"] = acceptance(reqs)
     row["mean_accepted_len"], row["mean_accepted_len_source"] = mean_accepted_length(reqs)
     row["draft_n"] = sum(request_drafts(r)[0] for r in reqs)
@@ -705,6 +949,8 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["empty"] = sum(1 for r in reqs if is_empty(r))
     if is_baseline:
         texts = {"lossless": "reference", "compared": 0, "vacuous": row["empty"], "differ": 0, "first_divergence": None}
+    elif status == DRAFTER_PROBE:
+        texts = {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None}
     else:
         texts = _compare_texts(reqs, ref)
     row["lossless"] = texts["lossless"]
@@ -713,7 +959,12 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["first_divergence"] = texts["first_divergence"]
 
     base_samples = _rate_samples(base["shape_requests"].get(shape, [])) if base else {}
-    if not is_baseline and samples and base_samples:
+    if not is_baseline and samples and base_samples and boot["method"] == "rounds":
+        rci = round_ratio_ci(samples, base_samples, alpha=boot["alpha"])
+        row.update(speedup=rci.ratio, ci_low=rci.low, ci_high=rci.high, ci_scheme=f"paired rounds, t df {rci.df}",
+                   n=rci.n, n_paired_rounds=rci.rounds, n_requests_per_round=rci.requests,
+                   ci_verdict=round_verdict(rci, boot["margin"]))
+    elif not is_baseline and samples and base_samples:
         ci = bootstrap_ratio_ci(samples, base_samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
         row.update(speedup=ci.ratio, ci_low=ci.low, ci_high=ci.high, ci_scheme=ci.scheme)
         enough = len(samples) >= MIN_REQUESTS and len(base_samples) >= MIN_REQUESTS
@@ -727,6 +978,8 @@ def _row_verdict(row: dict[str, Any], status: str, is_baseline: bool, has_base: 
         return "baseline"
     if status == FAILED:
         return "failed"
+    if status == DRAFTER_PROBE:
+        return "drafter probe"
     if not row["n_requests"]:
         return "no data"
     if not has_base:
@@ -740,8 +993,43 @@ def _row_verdict(row: dict[str, Any], status: str, is_baseline: bool, has_base: 
     return row["ci_verdict"]
 
 
+def _model_path(value: Any) -> str | None:
+    text = str(value).strip() if value not in (None, "") else ""
+    return text.rstrip("/") or None
+
+
+def drafter_probes(configs: Sequence[Mapping[str, Any]], baseline: str) -> dict[str, list[str]]:
+    """Configs that serve another config's draft model alone: probe name -> the configs it measures d_s for.
+
+    A probe is a config with no speculation of its own whose ``LLAMA_ARG_MODEL`` is the
+    ``LLAMA_ARG_SPEC_DRAFT_MODEL`` of a speculative config in the same run: the draft model decoding on
+    its own, one token per pass, is the drafter's step d_s on this host.
+    """
+    drafts: dict[str, list[str]] = {}
+    for c in configs:
+        env = c.get("server_config") or {}
+        if not isinstance(env, Mapping):
+            continue
+        for var in DRAFT_MODEL_VARS:
+            path = _model_path(env.get(var))
+            if path:
+                drafts.setdefault(path, []).append(str(c["name"]))
+    out: dict[str, list[str]] = {}
+    for c in configs:
+        env = c.get("server_config") or {}
+        if c["name"] == baseline or not isinstance(env, Mapping) or c.get("chain"):
+            continue
+        if any(_model_path(env.get(v)) for v in DRAFT_MODEL_VARS) or env.get("LLAMA_ARG_SPEC_TYPE"):
+            continue
+        served = drafts.get(_model_path(env.get("LLAMA_ARG_MODEL")) or "")
+        if served:
+            out[str(c["name"])] = served
+    return out
+
+
 def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: dict[str, Any],
-                base_row: dict[str, Any], d_s_ms: Any) -> dict[str, Any] | None:
+                base_row: dict[str, Any], d_s_ms: Any, probe: Mapping[str, Any] | None = None
+                ) -> dict[str, Any] | None:
     reqs = cfg["shape_requests"].get(shape, [])
     if not row["median_tok_s"] or not base_row or not base_row.get("median_tok_s"):
         return None
@@ -768,16 +1056,27 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
         "draft_passes": passes, "p": p, "p_source": p_source, "expected_accepted": a,
         "t_s_ms": t_s, "measured_tok_s": row["median_tok_s"], "measured_speedup": row["speedup"],
         "ci_low": row["ci_low"], "ci_high": row["ci_high"], "baseline_tok_s": base_row["median_tok_s"],
+        "t_s_source": (f"measured: the baseline on {shape}, 1000 / ({base_row['median_tok_s']:.1f} tok/s / "
+                       f"{max(1.0, base_commit):.2f} tokens per pass)"),
     }
     d_s = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
     if passes == 0:
         d_s, out["d_s_source"] = 0.0, "n-gram lookup: no drafter passes"
+    elif probe is not None:
+        # measured on this host beats any number from inventory
+        d_s = 1000.0 / probe["shapes"][shape]["median_tok_s"]
+        out["d_s_source"] = (f"measured: {probe['name']} (the draft model served alone) on {shape}, "
+                             f"1000 / {probe['shapes'][shape]['median_tok_s']:.1f} tok/s")
+        out["d_s_given_ms"] = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
     elif d_s is not None:
-        d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given"
+        d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given (inventory), not measured"
     if d_s is not None:
         predicted = be.rate(p, k, d_s, t_s, draft_passes=passes)
+        # what verifying K+1 tokens cost, in target steps, if d_s is right: the arithmetic assumes 1.1 (a GPU
+        # verifies a short batch for about the price of one step); a CPU pays more per extra token
+        implied_verify = (1000.0 * a / row["median_tok_s"] - passes * d_s) / t_s if t_s > 0 else None
         out.update(d_s_ms=d_s, predicted_tok_s=predicted, predicted_speedup=predicted / base_row["median_tok_s"],
-                   implied_d_s_ms=None)
+                   implied_d_s_ms=None, implied_verify_steps=implied_verify)
     else:
         # the d_s at which the arithmetic reproduces the measured rate
         implied = (1000.0 * a / row["median_tok_s"] - be.VERIFY_FACTOR * t_s) / passes
@@ -790,26 +1089,39 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
 
 
 def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot: int = 2000, seed: int = 0,
-          alpha: float = 0.05) -> dict[str, Any]:
+          alpha: float = 0.05, method: str = "rounds", margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
     """Every verdict of a run: per config a status, per shape a row, the prediction and a recommendation.
 
     ``d_s_ms``: the drafter's step in ms (one number for all configs, or per config name); without it
     the prediction reports the d_s the measured rate implies.
+    ``method``: ``rounds`` (the calibrated t-interval over rounds, :func:`round_ratio_ci`, with the
+    practical-equivalence ``margin``) or ``request-bootstrap`` (the old percentile bootstrap over
+    requests, which ignores the variance between server starts; kept to compare the two, see
+    benchmarks/calibration.py). ``n_boot`` and ``seed`` only matter to the bootstrap.
     """
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate  # it imports this module
 
     run = check_run(run)
-    boot = {"n": n_boot, "seed": seed, "alpha": alpha}
+    if method not in METHODS:
+        raise ReportInputError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:
+        raise ReportInputError(f"margin: expected a share in [0, 1), such as 0.02, got {margin!r}")
+    boot = {"n": n_boot, "seed": seed, "alpha": alpha, "method": method,
+            "margin": float(margin) if method == "rounds" else 0.0}
     _check_boot(n_boot, alpha)
     shapes = _shapes_in(run)
     all_rounds = {e["round"] for e in run["entries"]}
     baseline_name = run["baseline"]
     gathered = {c["name"]: _gather(run, c) for c in run["configs"]}
+    probes = drafter_probes(run["configs"], baseline_name)
+    for name, served_for in probes.items():
+        gathered[name]["probe_for"] = served_for
     base = gathered[baseline_name]
     ref, warnings = _reference_texts(base["requests"])
     for g in gathered.values():
         if g["name"] != baseline_name:
-            g["texts"] = _compare_texts(g["requests"], ref)
+            g["texts"] = (_compare_texts(g["requests"], ref) if not g.get("probe_for") else
+                          {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None})
 
     configs: dict[str, Any] = {}
     for c in run["configs"]:
@@ -828,6 +1140,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         if not by_pos and g["drafted"]:
             by_pos = acceptance_by_position(g["total_deltas"])
             by_pos_source = "metrics_total_delta per call (all shapes)" if by_pos else "not available"
+        positions_shown = _positions_drafted(c, g, by_pos)
         if status == FAILED:
             g["texts"] = {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None}
             for r in rows.values():
@@ -836,7 +1149,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                                    "first_divergence": None}
         configs[c["name"]] = {
             "name": c["name"], "status": status, "role": "baseline" if is_base else (
-                "speculative" if g["speculative"] else "control"),
+                "drafter probe" if status == DRAFTER_PROBE else "speculative" if g["speculative"] else "control"),
+            "probe_for": g.get("probe_for") or [],
             "chain": g["chain"], "speculative": g["speculative"], "problems": problems, "notes": g["notes"],
             "errors": g["errors"],
             "entries_ok": len([e for e in g["entries"] if e.get("bench") is not None and not e.get("error")]),
@@ -846,6 +1160,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
             "engaged": (g["drafted"] > 0) if (g["speculative"] or g["chain"]) and g["requests"] else None,
             "draft_n": g["drafted"], "acceptance": acceptance(g["requests"]),
             "acceptance_by_position": by_pos, "acceptance_by_position_source": by_pos_source if by_pos else "not available",
+            "positions_drafted": positions_shown,
             "shapes": rows, "load_gate": load_gate,
         }
     base_judged = configs[baseline_name]
@@ -876,7 +1191,9 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         for s in shapes:
             if not j["shapes"][s]["draft_n"]:
                 continue  # nothing drafted: no acceptance to predict from
-            p = _prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms)
+            probe = next((configs[n] for n, served in probes.items() if c["name"] in served
+                          and configs[n]["shapes"].get(s, {}).get("median_tok_s")), None)
+            p = _prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms, probe)
             if p is not None:
                 prediction.append(p)
 
@@ -888,6 +1205,11 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         "warnings": warnings, "run_error": run.get("error"), "mix": run["mix"],
         "bootstrap": {"n": n_boot, "seed": seed, "alpha": alpha, "scheme": BOOTSTRAP_SCHEME,
                       "min_requests": MIN_REQUESTS},
+        "statistics": {"method": method, "alpha": alpha, "margin": boot["margin"],
+                       "scheme": ROUNDS_SCHEME if method == "rounds" else BOOTSTRAP_SCHEME,
+                       "min_rounds": MIN_ROUNDS if method == "rounds" else 1,
+                       "min_requests_per_round": MIN_REQUESTS_PER_ROUND if method == "rounds" else None,
+                       "min_requests": None if method == "rounds" else MIN_REQUESTS},
         "method": {"mix": MIX_COMBINATION, "p": P_ESTIMATE,
                    "mean_accepted_len": MEAN_LEN_METHOD},
     }
@@ -899,7 +1221,8 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
     """The config to run for the declared traffic mix, or None when no mix was declared.
 
     Only OK configs are candidates (never INVALID, NOT ENGAGED, FAILED, INCOMPLETE or the negative
-    control); a candidate must beat the baseline over the mix with the whole interval above 1,
+    control); a candidate must beat the baseline over the mix with the whole interval above 1 (plus the
+    equivalence margin), judged with the same method as the per-shape verdicts (:func:`round_mix_ci`),
     otherwise the recommendation is to keep the baseline.
     """
     mix = judged["mix"]
@@ -928,7 +1251,8 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
             continue
         if j["status"] not in ELIGIBLE:
             reason = "; ".join(j["problems"]) or ("a control, not a candidate" if j["status"] == NEGATIVE_CONTROL
-                                                  else j["status"])
+                                                  else "measures a draft model's step, not a candidate"
+                                                  if j["status"] == DRAFTER_PROBE else j["status"])
             out["excluded"].append({"config": name, "status": j["status"], "reason": reason})
             continue
         bad = [s for s in mix if j["shapes"][s]["verdict"] in ("not engaged", "invalid", "no data")]
@@ -937,21 +1261,30 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
                                     "reason": f"not judged on {', '.join(bad)}"})
             continue
         samples = {s: _rate_samples(gathered[name]["shape_requests"].get(s, [])) for s in mix}
+        if boot.get("method", "rounds") == "rounds":
+            rci = round_mix_ci(samples, base_samples, mix, alpha=boot["alpha"])
+            out["candidates"].append({
+                "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["tok_s"] for s in mix}, mix),
+                "speedup": rci.ratio, "ci_low": rci.low, "ci_high": rci.high, "n": rci.n,
+                "verdict": round_verdict(rci, boot["margin"])})
+            continue
         ci = bootstrap_mix_ci(samples, base_samples, mix, n=boot["n"], seed=f"{boot['seed']}:{name}:mix",
                               alpha=boot["alpha"])
         enough = all(len(samples[s]) >= MIN_REQUESTS and len(base_samples[s]) >= MIN_REQUESTS for s in mix)
         out["candidates"].append({
             "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["median_tok_s"] for s in mix}, mix),
-            "speedup": ci.ratio, "ci_low": ci.low, "ci_high": ci.high,
+            "speedup": ci.ratio, "ci_low": ci.low, "ci_high": ci.high, "n": f"{len(samples)} requests",
             "verdict": verdict(ci.low, ci.high) if enough else "too few requests"})
-    out["baseline_mix_tok_s"] = mix_rate({s: base_j["shapes"][s]["median_tok_s"] for s in mix}, mix)
+    out["baseline_mix_tok_s"] = mix_rate({s: base_j["shapes"][s]["tok_s"] for s in mix}, mix)
     winners = [c for c in out["candidates"] if c["verdict"] == WIN]
     if winners:
         best = max(winners, key=lambda c: c["speedup"])
         out.update(config=best["config"], speedup=best["speedup"], ci_low=best["ci_low"], ci_high=best["ci_high"],
+                   n=best["n"],
                    reason=(f"{best['config']} is {best['speedup']:.2f}x the baseline over this mix "
-                           f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}], the fastest config whose whole "
-                           f"interval lies above 1"))
+                           f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}] (n {best['n']}), the fastest config "
+                           f"whose whole interval lies above 1" + (f" + {boot['margin']:g}" if boot.get("margin")
+                                                                  else "")))
     else:
         out.update(config=baseline, keep_baseline=True,
                    reason="no eligible config beats the baseline over this mix with its whole interval above 1: "

@@ -19,20 +19,28 @@ description:
     should show no difference from the baseline, and the report warns when it does.
   - B(Per shape.) The median decode tok/s (each request's C(predicted_per_second)), the acceptance
     (sum of C(draft_n_accepted) / sum of C(draft_n)), the mean accepted length (tokens per target pass,
-    from C(/metrics) deltas when present), and the speedup against the baseline with a bootstrap 95 %
-    interval over requests and rounds (stratified by round, paired by prompt and repeat when both sides
-    have the same requests). Verdict C(win) when the whole interval lies above 1, C(loss) when below,
-    otherwise C(no difference).
+    from C(/metrics) deltas when present), and the speedup against the baseline with a 95 % t-interval
+    over rounds. Each round gives every config its own server start, so a round is the unit of
+    replication. Per config and round a shape is the mean of the log per-request rates; each candidate
+    round is paired with the baseline's round; the interval is Student's t with rounds - 1 degrees of
+    freedom on the mean paired log ratio. Verdict C(win) when the whole interval lies above 1.02,
+    C(loss) when below 1/1.02 (a 2 % practical-equivalence margin), otherwise C(no difference). Fewer
+    than 2 rounds gives C(too few rounds to call), fewer than 2 requests per side in a round
+    C(too few requests to call). Every verdict carries its C(n), rounds x requests per side per round.
   - B(Partial runs.) An entry with C(bench) null and an C(error) (the candidate never became healthy, or
     crashed) is kept and reported. A config with no measurement is C(FAILED); one that misses a round or
     whose bench came back with an error is C(INCOMPLETE). Neither is ever a winner.
   - B(Prediction.) The break-even arithmetic of M(llmfleet.specdec.spec_breakeven) with p solved from the
-    measured mean accepted length at depth K, the target's step from the baseline's median rate, and
-    O(d_s_ms) when given (otherwise the d_s the measured rate implies), beside the measured speedup.
+    measured mean accepted length at depth K, the target's step t_s from the baseline's median rate, and
+    the drafter's step d_s measured on the host when the run has a drafter probe (a config without
+    speculation whose C(LLAMA_ARG_MODEL) is another config's C(LLAMA_ARG_SPEC_DRAFT_MODEL), status
+    C(DRAFTER PROBE), never compared or recommended), else O(d_s_ms) when given, else the d_s the
+    measured rate implies. The report says where each input came from.
   - B(Recommendation.) Only from a traffic mix the run declares (C(mix), a weight per shape, its share of
     generated tokens), combined time-weighted (the weighted harmonic mean of the rates). Only C(OK)
-    configs are candidates, and one must beat the baseline over the mix with its whole interval above 1;
-    otherwise the answer is to keep the baseline. Without a mix the per-shape table is the answer.
+    configs are candidates, and one must beat the baseline over the mix with its whole interval above 1.02,
+    judged with the same t-interval over rounds; otherwise the answer is to keep the baseline. Without a
+    mix the per-shape table is the answer.
   - >-
     Writes C(<results_dir>/<host>/<run_id>/report.json) (schema C(llmfleet.specdec/ab-report/1): configs,
     environment, every raw request, every verdict), C(report.md), C(tok_s_per_shape.png) and
@@ -88,7 +96,9 @@ options:
     type: dict
     default: {}
   bootstrap_resamples:
-    description: Bootstrap resamples per interval.
+    description:
+      - Bootstrap resamples per interval of the old request-level method, kept in the judging code for
+        comparison (the verdicts use the t-interval over rounds).
     type: int
     default: 2000
   seed:
@@ -178,8 +188,8 @@ summary:
   type: list
   elements: str
   sample:
-    - "shape | config | status | tok/s | speedup [95 % CI] | verdict"
-    - "prose | draft-n3 | OK | 62.7 | 1.60x [1.55, 1.63] | win"
+    - "shape | config | status | tok/s | speedup [95 % CI] | verdict | n"
+    - "prose | draft-n3 | OK | 62.7 | 1.60x [1.55, 1.63] | win | 3x2"
 recommendation:
   description:
     - Null without a traffic mix. Otherwise C(config) (the recommended config, or the baseline with
@@ -190,10 +200,13 @@ recommendation:
 judged:
   description:
     - Every verdict. C(configs) maps each config to its C(status) (BASELINE, OK, NEGATIVE CONTROL,
-      INCOMPLETE, NOT ENGAGED, INVALID or FAILED), C(problems), C(lossless) (true, false, C(vacuous) or
-      C(reference)), C(first_divergence), C(engaged), C(acceptance_by_position) and C(shapes), one row per
-      shape with C(median_tok_s), C(speedup), C(ci_low), C(ci_high), C(verdict), C(acceptance),
+      INCOMPLETE, NOT ENGAGED, INVALID, FAILED or DRAFTER PROBE), C(problems), C(lossless) (true, false,
+      C(vacuous) or C(reference)), C(first_divergence), C(engaged), C(acceptance_by_position) (every
+      position the server exports), C(positions_drafted) (how many of them the report shows) and
+      C(shapes), one row per shape with C(tok_s) and its interval, C(median_tok_s), C(speedup),
+      C(ci_low), C(ci_high), C(verdict), C(n) (rounds x requests per side per round), C(acceptance),
       C(mean_accepted_len) and C(n_requests).
+    - C(statistics) names the method, the interval level, the equivalence margin and the minimums.
     - C(prediction) is the prediction-against-measurement table; C(warnings) what the run itself casts doubt on.
   returned: always
   type: dict

@@ -87,9 +87,11 @@ def tok_s_per_shape(document: Mapping[str, Any]) -> bytes | None:
             if not r["median_tok_s"]:
                 continue
             xs.append(si - 0.4 + width * (i + 0.5))
-            ys.append(r["median_tok_s"])
-            lo.append(r["median_tok_s"] - (r["tok_s_ci_low"] if r["tok_s_ci_low"] is not None else r["median_tok_s"]))
-            hi.append((r["tok_s_ci_high"] if r["tok_s_ci_high"] is not None else r["median_tok_s"]) - r["median_tok_s"])
+            # the bar is the rate the interval belongs to (the mean over rounds), not the request median
+            rate = r.get("tok_s") or r["median_tok_s"]
+            ys.append(rate)
+            lo.append(max(0.0, rate - (r["tok_s_ci_low"] if r["tok_s_ci_low"] is not None else rate)))
+            hi.append(max(0.0, (r["tok_s_ci_high"] if r["tok_s_ci_high"] is not None else rate) - rate))
         ax.bar(xs, ys, width * 0.92, yerr=[lo, hi], capsize=3, color=cmap(i % cmap.N),
                hatch="//" if c["status"] in _NOT_WINNERS else None, edgecolor="black", linewidth=0.6,
                error_kw={"elinewidth": 1.0, "ecolor": "black"}, label=_label(name, c["status"]))
@@ -97,7 +99,7 @@ def tok_s_per_shape(document: Mapping[str, Any]) -> bytes | None:
             r = c["shapes"][s]
             if r["median_tok_s"] and r["speedup"] is not None:
                 x = si - 0.4 + width * (i + 0.5)
-                y = r["tok_s_ci_high"] if r["tok_s_ci_high"] is not None else r["median_tok_s"]
+                y = r["tok_s_ci_high"] if r["tok_s_ci_high"] is not None else (r.get("tok_s") or r["median_tok_s"])
                 ax.annotate(f"{r['speedup']:.2f}x", (x, y), xytext=(0, 3), textcoords="offset points",
                             ha="center", va="bottom", fontsize=7, rotation=90,
                             bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})

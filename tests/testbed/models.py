@@ -573,9 +573,69 @@ def write_standard_set(directory: str | Path) -> dict[str, Path]:
     return paths
 
 
+# ---------------------------------------------------------------- the win test bed
+
+# A target that is memory-bound on a 2-core CPU: 16 F16 layers of hidden 1024, FFN 2816, 8 heads (about
+# 413 MB, so each decoded token streams the whole file from memory), and one-layer drafts that are its
+# exact prefix. Speculation pays here: verifying K+1 tokens reads the weights once, as one plain step does.
+WIN_TARGET_LAYERS = 16
+
+
+def win_target_spec(s: float = 0.0, *, seed: int = 4321) -> ModelSpec:
+    """The memory-bound target; layers 1..15 have their output projections scaled by ``s`` (0: the
+    one-layer draft predicts it exactly)."""
+    return ModelSpec(n_layer=WIN_TARGET_LAYERS, n_embd=1024, n_head=8, n_head_kv=8, n_ff=2816, seed=seed,
+                     scale_extra=s, shared_layers=1, matrix_type="f16", name=f"testbed-win-target-s{s:g}")
+
+
+def win_draft_spec(*, noise: float = 0.0, seed: int = 4321) -> ModelSpec:
+    """The one-layer draft: the target's embeddings, head and first block (with ``noise`` x fresh noise on
+    its output projections for a draft that guesses badly whatever the target)."""
+    suffix = f"-noise{noise:g}" if noise else ""
+    return ModelSpec(n_layer=1, n_embd=1024, n_head=8, n_head_kv=8, n_ff=2816, seed=seed, draft_noise=noise,
+                     shared_layers=1, matrix_type="f16", name=f"testbed-win-draft{suffix}")
+
+
+WIN_SET: dict[str, ModelSpec] = {
+    # acceptance ~100 % with the exact draft: draft-simple wins
+    "target-win.gguf": win_target_spec(0.0),
+    "draft-win.gguf": win_draft_spec(),
+    # the same target with a draft whose guesses are mostly wrong: a deep draft loses
+    "draft-win-noisy.gguf": win_draft_spec(noise=1.0),
+}
+
+
+def write_win_set(directory: str | Path, scales: Sequence[float] = ()) -> dict[str, Path]:
+    """Writes the win test bed (WIN_SET, plus ``target-win-s<s>.gguf`` for each extra scale in ``scales``)
+    into directory, skipping files already written (their bytes are deterministic); returns name -> path.
+
+    Cache it outside the repository (about 0.9 GB): ``python -m testbed.models --win DIR``.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    specs = dict(WIN_SET)
+    for s in scales:
+        specs[f"target-win-s{s:g}.gguf"] = win_target_spec(float(s))
+    paths: dict[str, Path] = {}
+    for name, spec in specs.items():
+        path = directory / name
+        done = directory / f".{name}.done"
+        if not (path.exists() and done.exists()):
+            tmp = directory / f".{name}.tmp"
+            write_model(tmp, spec)
+            tmp.replace(path)
+            done.write_text(name + "\n")
+        paths[name] = path
+    return paths
+
+
 def main(argv: Sequence[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--win":
+        for name, path in write_win_set(argv[1]).items():
+            print(f"{name} {path.stat().st_size}")
+        return 0
     if len(argv) != 1:
-        print("usage: PYTHONPATH=tests python -m testbed.models OUTDIR", file=sys.stderr)
+        print("usage: PYTHONPATH=tests python -m testbed.models [--win] OUTDIR", file=sys.stderr)
         return 2
     paths = write_standard_set(argv[0])
     print((Path(argv[0]) / "index.json").read_text(), end="")

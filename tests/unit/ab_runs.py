@@ -45,7 +45,8 @@ def make_run(configs: dict[str, dict[str, Any]], *, rounds: int = 3, prompts: in
     (accepted_per_pos per request), metrics (bool: attach metrics_delta), text (callable(shape,
     prompt, round, repeat) -> str or None for the greedy text), noise (relative amplitude of
     per-request timing noise, independent per config), fail_rounds (set of rounds whose
-    entry failed), partial_rounds (rounds whose bench came back with an error after half the requests).
+    entry failed), partial_rounds (rounds whose bench came back with an error after half the requests),
+    start (round -> factor on every rate of that round: the speed of that config's server start).
     """
     entries = []
     names = list(configs)
@@ -86,7 +87,7 @@ def _per_shape(value: Any, shape: str, default: Any) -> Any:
 
 def _request(name: str, spec: dict[str, Any], shape: str, p: int, rep: int, rnd: int) -> dict[str, Any]:
     speed = _per_shape(spec.get("speedup"), shape, 1.0)
-    rate = BASE_RATE[shape] * speed * jitter(rnd, p, rep)
+    rate = BASE_RATE[shape] * speed * jitter(rnd, p, rep) * spec.get("start", {}).get(rnd, 1.0)
     if spec.get("noise"):
         # independent per config and request: real timing noise, still reproducible
         rate *= 1.0 + spec["noise"] * random.Random(f"{name}:{shape}:{p}:{rep}:{rnd}").uniform(-1.0, 1.0)

@@ -147,3 +147,15 @@ def test_a_burst_whose_streams_did_not_overlap_says_so() -> None:
     assert s["overlapped"] is False and s["aggregate_tok_s"] == pytest.approx(10.0)
     seq[1]["started_s"] = 0.1
     assert burst_summary("prose", 0, seq)["overlapped"] is True
+
+
+def test_load_verdicts_replicate_over_rounds_like_the_single_stream_ones() -> None:
+    """Bursts and streams inside one server start are that start's requests, not replicates: one round of
+    load data calls no verdict, however many bursts it has (the request bootstrap would call one)."""
+    run = run_with_load({"fast": {"speed": 2.0}})
+    run["entries"] = [e for e in run["entries"] if e["round"] == run["entries"][0]["round"]]
+    j = _stats.judge(run, n_boot=300)
+    fast = j["load"]["fast"]["prose"]["aggregate"]
+    assert fast["verdict"] == _stats.TOO_FEW_ROUNDS and fast["n_rounds"] == 1
+    old = _stats.judge(run, n_boot=300, method="request-bootstrap")
+    assert old["load"]["fast"]["prose"]["aggregate"]["verdict"] == _stats.WIN

@@ -102,16 +102,16 @@ def test_unsafe_names_are_refused(bad):
 def test_markdown_has_a_table_per_shape_and_every_status(document):
     md = rp.markdown(document)
     assert md.startswith("# Speculative-decoding A/B: specdec-demo, run 20261129T120000Z")
-    header = ("| config | status | tok/s median [95 % CI] | speedup [95 % CI] | acceptance | mean accepted len | "
-              "verdict | lossless | engaged | requests |")
+    header = ("| config | status | tok/s [95 % CI] | median tok/s | speedup [95 % CI] | acceptance | "
+              "mean accepted len | verdict | n | lossless | engaged | requests |")
     assert md.count(header) == 4
     for shape in ("prose", "echo", "structured", "identity"):
         assert f"## Shape: {shape}" in md
     prose = md.split("## Shape: prose")[1].split("## Shape:")[0]
     row = next(line for line in prose.splitlines() if line.startswith("| draft-n3 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "OK" and cells[6] == "win" and cells[7] == "yes" and cells[8] == "yes"
-    assert cells[3].startswith("1.6") and cells[3].endswith("]") and cells[4] == "66.7 %" and cells[5] == "3.00"
+    assert cells[1] == "OK" and cells[7] == "win" and cells[8] == "3x4" and cells[9] == "yes" and cells[10] == "yes"
+    assert cells[4].startswith("1.6") and cells[4].endswith("]") and cells[5] == "66.7 %" and cells[6] == "3.00"
     # status section: INVALID with the first divergence, NOT ENGAGED, partial and failed runs
     assert "**broken: INVALID**" in md and "at character 40" in md
     # 24 characters either side, in a code span that survives the backticks in the text
@@ -145,10 +145,10 @@ def test_markdown_links_the_plots_and_shows_a_stopped_run(document):
 
 def test_summary_lines_are_the_per_shape_verdict_table(document):
     lines = rp.summary_lines(document)
-    assert lines[0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict"
+    assert lines[0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict | n"
     assert len(lines) == 1 + 4 * 8 + 1
-    assert any(line.startswith("prose | draft-n3 | OK |") and line.endswith("| win") for line in lines)
-    assert any(line.startswith("prose | broken | INVALID |") and line.endswith("| invalid") for line in lines)
+    assert any(line.startswith("prose | draft-n3 | OK |") and line.endswith("| win | 3x4") for line in lines)
+    assert any(line.startswith("prose | broken | INVALID |") and "| invalid |" in line for line in lines)
     assert lines[-1].startswith("recommendation: draft-n3")
 
 
@@ -289,7 +289,7 @@ def test_action_writes_the_report_and_is_idempotent(playbook_run):
     for png in ("tok_s_per_shape.png", "acceptance_by_position.png"):
         assert png_size((report_dir / png).read_bytes())[0] >= 600
     assert first["recommendation"]["config"] == "draft-n3"
-    assert first["summary"][0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict"
+    assert first["summary"][0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict | n"
     assert first["judged"]["configs"]["flags-only"]["status"] == "NOT ENGAGED"
     # the same run again: the same bytes, nothing written, no second history line
     again = res["report run one again"]

@@ -193,7 +193,8 @@ def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
         row = c["shapes"][shape]
         assert row["speedup"] == pytest.approx(2.0)
         assert row["ci_low"] == pytest.approx(2.0) and row["ci_high"] == pytest.approx(2.0)
-        assert row["ci_scheme"] == "paired"
+        assert row["ci_scheme"] == "paired rounds, t df 2"
+        assert row["n"] == "3x4"
         assert row["verdict"] == "win"
         assert row["median_tok_s"] == pytest.approx(2 * BASE_RATE[shape])
         assert row["acceptance"] == pytest.approx(20 / 30)
@@ -368,12 +369,23 @@ def test_a_nondeterministic_baseline_is_called_out():
     assert any("not deterministic on prose prompt 0" in w for w in j["warnings"])
 
 
-def test_too_few_requests_give_no_verdict():
-    run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=1, prompts=1, repeats=2)
+def test_one_round_gives_no_verdict_however_many_requests():
+    # one round is one server start per config: nothing measures the start-to-start spread
+    run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=1, prompts=4, repeats=3)
     j = st.judge(run, n_boot=200)
     row = j["configs"]["d"]["shapes"]["prose"]
-    assert row["n_requests"] == 2
-    assert row["verdict"] == "too few requests"
+    assert row["n_requests"] == 12 and row["n"] == "1x12"
+    assert row["verdict"] == "too few rounds to call"
+    assert row["ci_low"] is None and row["speedup"] == pytest.approx(2.0)
+    # the old request-level bootstrap called it from that one start
+    old = st.judge(run, n_boot=200, method="request-bootstrap")["configs"]["d"]["shapes"]["prose"]
+    assert old["verdict"] == "win"
+
+
+def test_one_request_per_round_gives_no_verdict():
+    run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=4, prompts=1, repeats=1)
+    row = st.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
+    assert row["n"] == "4x1" and row["verdict"] == "too few requests to call"
 
 
 def test_mix_recommendation_excludes_invalid_and_picks_the_fastest_winner():
@@ -513,7 +525,12 @@ def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
     # the low-acceptance draft at depth 7: the server exports every position, the deep ones at 0
     low = j["configs"]["draft-low-n7"]["acceptance_by_position"]
     assert len(low) == 7 and low[-1] == 0.0 and low[0] > 0.3
-    assert j["configs"]["draft-low-n7"]["shapes"]["prose"]["verdict"] == "loss"
+    # two rounds (df 1): the slow deep draft is a loss where its rounds agree, and nothing is called where
+    # the two server starts disagree
+    low_rows = j["configs"]["draft-low-n7"]["shapes"]
+    assert low_rows["echo"]["verdict"] == "loss" and low_rows["echo"]["n"] == "2x4"
+    assert low_rows["echo"]["ci_high"] < 1.0
+    assert all(r["verdict"] in ("loss", "no difference") for r in low_rows.values())
     # per request, the reply's draft counters and the /metrics delta agree on the real server
     for e in run["entries"]:
         for r in e["bench"]["requests"]:
