@@ -31,7 +31,7 @@ _SEARCH = re.compile(r"(?<![\w.])" + _PATTERN, re.IGNORECASE)
 class Version:
     """One PEP 440 version; compares with another Version or with a tuple of ints (a plain release)."""
 
-    __slots__ = ("epoch", "release", "pre", "post", "dev", "local")
+    __slots__ = ("dev", "epoch", "local", "post", "pre", "release")
 
     def __init__(self, release: Sequence[int], epoch: int = 0, pre: Tuple[str, int] | None = None,
                  post: int | None = None, dev: int | None = None, local: str | None = None) -> None:

@@ -21,7 +21,6 @@ the config at start-up), ``silent_off`` and ``warnings``.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from typing import Any, Iterable, Mapping
 
