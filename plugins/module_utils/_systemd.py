@@ -32,6 +32,7 @@ import math
 import os
 import re
 import shlex
+import stat
 import tempfile
 import time
 import urllib.error
@@ -381,6 +382,53 @@ def render_rollback_script(paths: OverridePaths, python: str, url: str, health_t
         "url": url, "health_timeout": int(health_timeout),
     }, sort_keys=True)
     return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def writable_by_others(path: str) -> str | None:
+    """Why a non-root user could change what ``path`` runs (it or a directory above it is not root's, or is
+    group/other-writable), following the path as given and as resolved; None when only root can."""
+    seen = set()
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        current = candidate
+        while current not in seen:
+            seen.add(current)
+            try:
+                st = os.lstat(current)
+            except OSError as exc:
+                return f"{current} cannot be checked ({exc.strerror})"
+            # A link's own owner and mode do not matter: replacing it takes write access to its directory.
+            if not stat.S_ISLNK(st.st_mode):
+                if st.st_uid != 0:
+                    return f"{current} belongs to uid {st.st_uid}, not root"
+                if st.st_mode & 0o022:
+                    return f"{current} is writable by its group or by everyone (mode {st.st_mode & 0o7777:04o})"
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return None
+
+
+def rollback_interpreter(python: str, fallback: str = SYSTEM_PYTHON) -> str:
+    """The interpreter root's rollback timer runs: ``python`` when only root can change it, else ``fallback``
+    (the script needs nothing but the standard library); an error naming both problems when neither is safe.
+
+    The module's own interpreter is often a venv that belongs to the user Ansible logs in as; root running
+    a file that user can replace (or a venv whose site-packages that user can write) is a privilege escalation.
+    """
+    problem = writable_by_others(python)
+    if problem is None:
+        return python
+    fallback_problem = writable_by_others(fallback) if fallback != python else problem
+    if fallback_problem is None:
+        return fallback
+    raise SpecdecError(
+        f"the dead-man rollback runs as root, and no interpreter for it is root's alone: {python} (this module's "
+        f"interpreter): {problem}; {fallback}: {fallback_problem}. Install python3 owned by root at {fallback}, or "
+        "set ansible_python_interpreter to a root-owned python3 whose directories only root can write")
 
 
 def calendar_spec(epoch: float) -> str:
@@ -1094,6 +1142,8 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
         raise SpecdecError("health_timeout must be at least 1 s and port_timeout at least 0 s")
     if os.geteuid() != 0:
         raise SpecdecError("unit_override writes under /run and drives systemd: run it as root (become: true)")
+    if state == "present" and rollback_after is not None:
+        python = rollback_interpreter(python)
     manager = UnitOverride(run=run, check_mode=check_mode, python=python,
                            health_timeout=health_timeout, port_timeout=port_timeout)
     if every_unit:

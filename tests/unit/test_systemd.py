@@ -681,3 +681,51 @@ def test_leftover_units_come_from_state_dirs_dropins_and_timers(tmp_path: Path) 
 
     manager = sd.UnitOverride(run=Timers({}), run_dir=str(run), proc=str(_fake_proc(tmp_path, {})))
     assert manager.leftover_units() == ["a.service", "b.service", "c@x.service"]
+
+
+# ------------------------------------------------------------------ the interpreter root's timer runs
+
+
+def _tree(root: Path, owner: int, mode: int) -> Path:
+    venv = root / "home" / "deploy" / "venv" / "bin"
+    venv.mkdir(parents=True)
+    for directory in (root, root / "home"):
+        os.chown(directory, 0, 0)
+        directory.chmod(0o755)
+    for directory in (root / "home" / "deploy", root / "home" / "deploy" / "venv", venv):
+        os.chown(directory, owner, owner)
+        directory.chmod(mode)
+    python = venv / "python3"
+    python.write_text("#!/bin/sh\n")
+    os.chown(python, owner, owner)
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another owner needs root")
+def test_a_venv_of_another_user_is_not_what_root_runs(tmp_path: Path) -> None:
+    root = tmp_path / "srv"
+    python = _tree(root, owner=1000, mode=0o755)
+    tmp_path.chmod(0o755)
+    safe = os.path.realpath("/bin/sh")  # root's, in root's directories: a stand-in path, never executed
+    assert "belongs to uid 1000, not root" in (sd.writable_by_others(str(python)) or "")
+    assert sd.rollback_interpreter(str(python), fallback=safe) == safe
+    with pytest.raises(SpecdecError) as info:
+        sd.rollback_interpreter(str(python), fallback=str(python.parent / "missing"))
+    assert str(python) in str(info.value) and "root-owned python3" in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another owner needs root")
+def test_a_group_writable_directory_above_the_interpreter_is_refused(tmp_path: Path) -> None:
+    python = _tree(tmp_path / "srv", owner=0, mode=0o775)
+    assert f"{python.parent} is writable by its group or by everyone (mode 0775)" == sd.writable_by_others(str(python))
+    link = tmp_path / "srv" / "python-link"
+    link.symlink_to(python)
+    # a root-owned link in a root directory still leads to a file others can change
+    assert sd.writable_by_others(str(link)) is not None
+
+
+def test_roots_own_interpreter_is_kept() -> None:
+    safe = os.path.realpath("/bin/sh")
+    assert sd.writable_by_others(safe) is None
+    assert sd.rollback_interpreter(safe, fallback="/nonexistent/python3") == safe
