@@ -21,7 +21,7 @@ BIN = Path(sys.executable).parent
 def test_safe_name_refuses_what_is_not_one_path_component(bad: str) -> None:
     with pytest.raises(ReportInputError, match="cannot name a results folder"):
         rp.safe_name(bad, "run.host")
-    with pytest.raises(Exception, match="inventory_hostname: .* cannot name a results folder"):
+    with pytest.raises(Exception, match=r"inventory_hostname: .* cannot name a results folder"):
         path_filters.safe_name(bad, "inventory_hostname")
 
 
