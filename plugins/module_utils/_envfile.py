@@ -156,9 +156,15 @@ def parse_env_text(text: str) -> List[Tuple[str, str, int]]:
     return _parse(text)[0]
 
 
-def _parse(text: str) -> Tuple[List[Tuple[str, str, int]], List[int], str]:
-    """The assignments, the lines systemd ignores (a key without ``=``), and the state at the end."""
+def assignment_spans(text: str) -> List[Tuple[str, int, int]]:
+    """(key, first line, last line) of each assignment, as systemd parses ``text`` (1-based, inclusive)."""
+    return _parse(text)[3]
+
+
+def _parse(text: str) -> Tuple[List[Tuple[str, str, int]], List[int], str, List[Tuple[str, int, int]]]:
+    """The assignments, the lines systemd ignores (a key without ``=``), the state at the end, and spans."""
     out: List[Tuple[str, str, int]] = []
+    spans: List[Tuple[str, int, int]] = []
     ignored: List[int] = []
     key: List[str] = []
     value: List[str] = []
@@ -171,6 +177,7 @@ def _parse(text: str) -> Tuple[List[Tuple[str, str, int]], List[int], str]:
     def push() -> None:
         k = "".join(key[:last_key_ws] if last_key_ws is not None else key)
         out.append((k, "".join(value), start_line))
+        spans.append((k, start_line, line))
 
     text = text.split("\x00", 1)[0]  # systemd reads a C string
     for c in text:
@@ -276,7 +283,7 @@ def _parse(text: str) -> Tuple[List[Tuple[str, str, int]], List[int], str]:
         push()
     elif state == "KEY":
         ignored.append(start_line)
-    return out, ignored, state
+    return out, ignored, state, spans
 
 
 def read_env_text(text: str, source: str) -> List[Tuple[str, str]]:
@@ -285,7 +292,7 @@ def read_env_text(text: str, source: str) -> List[Tuple[str, str]]:
     variable set twice) refused, naming the line."""
     if "\x00" in text:
         raise EnvFileError(f"{source}: contains a NUL byte, where systemd stops reading; remove it")
-    assignments, ignored, state = _parse(text)
+    assignments, ignored, state, _ = _parse(text)
     if ignored:
         raise EnvFileError(f"{source} line {ignored[0]}: not a NAME=value line (systemd would ignore it); "
                            "fix or remove it")
