@@ -33,7 +33,9 @@ def _fmt(value: Any, pattern: str) -> str:
 
 
 def _comment(text: str) -> str:
-    return "# " + " ".join(str(text).split())  # a comment is one line: no newline from a name may end it
+    """One comment line: no newline from a name may end it, and no final backslash may (in systemd 252)
+    continue it over the assignment below."""
+    return ("# " + " ".join(str(text).split())).rstrip("\\")
 
 
 def promotion_table(report: dict[str, Any], winner: str) -> list[str]:

@@ -6,8 +6,9 @@ candidate env of ``unit_override``, a promotion) is written by ``render_line``/`
 every env file it reads is read by ``parse_env_text``, a port of ``parse_env_file_internal`` in
 systemd's ``src/basic/env-file.c`` (systemd 252, Debian 12; unchanged in substance since v239):
 
-- a line whose first non-blank character is ``#`` or ``;`` is a comment (a backslash at its end
-  continues the comment onto the next line);
+- a line whose first non-blank character is ``#`` or ``;`` is a comment (in systemd 252 a backslash
+  at its end continues the comment onto the next line; from v254 on it does not, so the collection never
+  writes such a comment and refuses one in a file it reads strictly);
 - ``KEY=VALUE``: blanks around the key and before the value are dropped;
 - outside quotes a backslash takes the next character literally (a backslash before a newline joins
   the lines); trailing blanks of an unquoted value are dropped; ``#`` inside a value is literal;
@@ -273,9 +274,11 @@ def _parse(text: str) -> Tuple[List[Tuple[str, str, int]], List[int], str, List[
             elif c in _NEWLINE:
                 state = "PRE_KEY"
                 line += c == "\n"
-        else:  # COMMENT_ESCAPE
+        else:  # COMMENT_ESCAPE: systemd 252 goes on with the comment; v254 and later end it at a newline
             state = "COMMENT"
-            line += c == "\n"
+            if c == "\n":
+                ignored.append(-line)
+                line += 1
     if state in ("PRE_VALUE", "VALUE", "VALUE_ESCAPE", "SINGLE_QUOTE_VALUE", "DOUBLE_QUOTE_VALUE",
                  "DOUBLE_QUOTE_VALUE_ESCAPE"):
         if state == "VALUE" and last_value_ws is not None:
@@ -293,8 +296,11 @@ def read_env_text(text: str, source: str) -> List[Tuple[str, str]]:
     if "\x00" in text:
         raise EnvFileError(f"{source}: contains a NUL byte, where systemd stops reading; remove it")
     assignments, ignored, state, _ = _parse(text)
-    if ignored:
-        raise EnvFileError(f"{source} line {ignored[0]}: not a NAME=value line (systemd would ignore it); "
+    for number in ignored:
+        if number < 0:
+            raise EnvFileError(f"{source} line {-number}: a comment ends in a backslash, which systemd 252 reads as "
+                               "going on over the next line and systemd 254 does not; remove the backslash")
+        raise EnvFileError(f"{source} line {number}: not a NAME=value line (systemd would ignore it); "
                            "fix or remove it")
     if state in ("SINGLE_QUOTE_VALUE", "DOUBLE_QUOTE_VALUE", "DOUBLE_QUOTE_VALUE_ESCAPE"):
         raise EnvFileError(f"{source} line {assignments[-1][2]}: {assignments[-1][0]}'s quote is never closed, "

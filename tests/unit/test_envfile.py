@@ -137,6 +137,7 @@ def test_bad_names_and_types(name: object, value: object, match: str) -> None:
     ("A=1\nB=2\nA=3\n", "line 3: A is set twice"),
     ("export A=1\n", "line 1: 'export A' is not an environment variable name"),
     ("A='x\ny'\nB\n", "line 3: not a NAME=value line"),
+    ("# note \\\nA=1\n", "line 1: a comment ends in a backslash"),
 ])
 def test_strict_reading_names_the_line(text: str, match: str) -> None:
     with pytest.raises(ef.EnvFileError, match=match):

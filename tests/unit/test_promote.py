@@ -110,3 +110,11 @@ def test_the_record_says_what_is_set_unset_and_why() -> None:
     assert "# ngram-mod | echo | 41.0 | 1.64x [1.50, 1.80] | win | OK" in record["table"]
     with pytest.raises(AnsibleFilterError, match=r"not a llmfleet\.specdec/promotion/1 document"):
         promotion_block({"set": {}})
+
+
+def test_a_config_name_cannot_hide_the_assignment_below_its_comment() -> None:
+    report = dict(REPORT, configs=[{"name": "x\\", "server_config": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}],
+                  verdicts=[])
+    text = promote_env(CURRENT, report, "x\\")
+    assert read_env_values(text)["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
+    assert not any(line.startswith("#") and line.endswith("\\") for line in text.splitlines())

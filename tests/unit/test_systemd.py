@@ -650,12 +650,12 @@ def test_env_file_on_the_host_is_validated(tmp_path: Path) -> None:
 
 
 def test_module_fails_naming_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
-    with patch_module_args({"unit": "llama-server", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple\udc80"},
+    with patch_module_args({"unit": "llama-server", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple\x00"},
                             "rollback_after": 600}), pytest.raises(SystemExit):
         unit_override.main()
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True
-    assert out["msg"].startswith("env LLAMA_ARG_SPEC_TYPE: the value") and "lone surrogate" in out["msg"]
+    assert out["msg"].startswith("env LLAMA_ARG_SPEC_TYPE: the value") and "NUL byte" in out["msg"]
 
 
 def test_module_requires_a_candidate_for_present(capsys: pytest.CaptureFixture[str]) -> None:
