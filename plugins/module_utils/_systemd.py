@@ -533,8 +533,9 @@ def parse_proc_net_tcp(text: str) -> List[Listener]:
 
 
 def _read(path: str) -> str | None:
+    # newline="": a carriage return inside a quoted env-file value is part of the value, not a line end
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
             return handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None

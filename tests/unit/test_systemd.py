@@ -537,15 +537,16 @@ def test_present_in_check_mode_writes_nothing_and_shows_the_diff(tmp_path: Path)
     assert host.changing_calls() == []
 
 
-def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path: Path) -> None:
-    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
+@pytest.mark.parametrize("alias", ["plain", "carriage\rreturn\r\n and newline\n"])
+def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path: Path, alias: str) -> None:
+    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias})
     paths = sd.override_paths("llama-server.service", run_dir=str(tmp_path / "run"))
     os.makedirs(paths.state_dir)
     os.makedirs(paths.dropin_dir)
     sd.write_private(paths.env_file, sd.render_env_file(paths.unit, config), 0o600)
     sd.write_private(paths.dropin, sd.render_dropin(paths, config), 0o600)
     host = FakeHost(_production(tmp_path, DropInPaths=paths.dropin))
-    procs = {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple"}}}
+    procs = {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias}}}
     result = _manager(tmp_path, host, procs).present("llama-server.service", config, None)
     assert result["changed"] is False and result["main_pid"] == 77
     assert host.changing_calls() == []

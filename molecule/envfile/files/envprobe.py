@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 # Installed by molecule/envfile as the "llama-server" of a unit: reports, byte for byte, what it was given.
-"""Serves GET /health (200) and GET /env: its argv and environment, each string as hex of its bytes.
+"""Serves GET /health (200) and GET /env: its argv and environment as JSON strings.
+
+Bytes that are not UTF-8 come back as lone surrogates (os.fsdecode), so a string equals the value
+written exactly when the bytes do.
 
 It stands where llama-server stands (the launcher of role llamacpp_serve execs it), so what it reports
 is what llama-server would receive: the env file as systemd parsed it, and LLAMA_EXTRA_ARGS as the
@@ -18,8 +21,8 @@ class Probe(BaseHTTPRequestHandler):
             body = b'{"status":"ok"}'
         elif self.path == "/env":
             body = json.dumps({
-                "argv": [arg.hex() for arg in map(os.fsencode, sys.argv[1:])],
-                "environ": {key.decode("ascii", "replace"): value.hex() for key, value in os.environb.items()},
+                "argv": sys.argv[1:],
+                "environ": {os.fsdecode(key): os.fsdecode(value) for key, value in os.environb.items()},
             }).encode()
         else:
             self.send_error(404)
