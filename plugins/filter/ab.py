@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import to_env
+from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs
 
 
 def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline") -> 
         if isinstance(config, dict):
             name = str(config.get("name"))
             key = ("baseline",) if name == baseline else tuple(sorted(
-                ab_env(config.get("env"), config.get("flags")).items()))
+                (k, v) for k, v in _override(config).items()))
         else:
             name = str(config)
             key = ("name", name)
@@ -90,32 +90,59 @@ def spec_counters(metrics_text: str | None) -> dict[str, Any]:
     return parse_spec_counters(metrics_text)
 
 
-def ab_env(env: dict[str, Any] | None, flags: list[str] | None = None) -> dict[str, str]:
-    """A config's env overrides plus its extra flags, rendered as the unit's env file holds them
-    (LLAMA_ARG_* where llama.cpp has a name, the rest shell-quoted in LLAMA_EXTRA_ARGS)."""
-    out = {k: ("" if v is None else str(v)) for k, v in (env or {}).items()}
-    if flags:
-        try:
-            parsed = parse_flags([str(f) for f in flags], {})
-            if parsed.get("problems"):
-                raise SpecdecError("; ".join(str(p.get("message", p)) if isinstance(p, dict) else str(p)
-                                             for p in parsed["problems"]))
-            out.update(to_env(parsed))
-        except SpecdecError as exc:
-            raise AnsibleFilterError(f"config flags {flags!r}: {exc}") from None
-    return out
+def _override(config: dict[str, Any]) -> dict[str, str | None]:
+    """What a config changes over production, for grouping: the same for every base env."""
+    rendering = config.get("rendering")
+    if isinstance(rendering, dict):
+        return dict(rendering.get("override") or {})
+    try:
+        return render_candidate({}, config.get("env"), config.get("flags"), str(config.get("name")))["override"]
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
-def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """The configs as spec_report wants them: name, the chain that really runs, the env, the draft depth."""
+def ab_render(configs: list[dict[str, Any]], base_env: dict[str, Any] | None = None,
+              baseline: str | None = None, backend: str = "llamacpp") -> dict[str, dict[str, Any]]:
+    """Each config rendered once over production's env (see module_utils/_render.py): name -> rendering.
+    The preflight lints its ``env``, unit_override writes its ``override``, the report records it."""
+    try:
+        return render_configs(configs or [], base_env or {}, baseline or "", backend or "llamacpp")
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def ab_env(env: dict[str, Any] | None, flags: list[str] | None = None,
+           base_env: dict[str, Any] | None = None) -> dict[str, str | None]:
+    """A config's override of production (the rendering's ``override``): its env (null = unset) and its flags
+    appended to production's LLAMA_EXTRA_ARGS, which is why ``base_env`` must be given with flags."""
+    try:
+        return render_candidate(base_env or {}, env, flags)["override"]
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def _draft_depth(env: dict[str, Any]) -> int | None:
+    try:
+        value = parse_flags([], env).get("options", {}).get("--spec-draft-n-max")
+    except SpecdecError:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]],
+                      renderings: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The configs as spec_report wants them: name, the chain that really runs, what the config changes over
+    production (``server_config``, null = unset), the draft depth llama-server resolves, and the rendering."""
     out = []
     for config in configs or []:
-        env = ab_env(config.get("env"), config.get("flags"))
+        rendering = (renderings or {}).get(config["name"])
+        if rendering is None:
+            rendering = ab_render([config], {})[config["name"]]
         item: dict[str, Any] = {"name": config["name"], "chain": list((chains or {}).get(config["name"]) or []),
-                                "server_config": env}
-        depth = env.get("LLAMA_ARG_SPEC_DRAFT_N_MAX")
-        if depth and str(depth).isdigit():
-            item["k"] = int(depth)
+                                "server_config": dict(rendering["override"]), "rendering": rendering}
+        depth = _draft_depth(rendering["env"])
+        if depth is not None:
+            item["k"] = depth
         out.append(item)
     return out
 
@@ -123,4 +150,4 @@ def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"ab_expand": ab_expand, "ab_schedule": ab_schedule, "spec_counters": spec_counters,
-                "ab_env": ab_env, "ab_report_configs": ab_report_configs}
+                "ab_env": ab_env, "ab_render": ab_render, "ab_report_configs": ab_report_configs}

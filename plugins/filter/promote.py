@@ -1,14 +1,30 @@
-# Controller-side filters for promote.yml: a measured winner written into the deployed base env file.
+# Controller-side filters for promote.yml and role llamacpp_serve: a measured winner, kept across deploys.
+"""A promotion is a record on the host (``<env dir>/<unit>.promoted.json``) plus a block in the base env file.
+
+- ``report | llmfleet.specdec.promotion_record(winner, force, promoted_at)``: the record promote.yml writes
+  on the host: the winner's variables (``set``), the variables it unsets (``unset``; null in the run's
+  ``server_config``), and the measured table as comment lines.
+- ``current_text | llmfleet.specdec.promote_env(report, winner, force)``: the deployed env file with the
+  winner applied (its variables taken out of the body, one promotion block, replacing an earlier one,
+  holding the table and the winner's assignments).
+- ``base_env | llmfleet.specdec.promoted_env(record)``: for role llamacpp_serve, production's variables
+  without those the promotion sets or unsets; ``record | llmfleet.specdec.promotion_block`` the block
+  it writes after them. So a later deploy writes the same promotion again instead of undoing it.
+
+Values go through the collection's env-file rules (``module_utils/_envfile.py``): the process receives
+each value byte for byte, and a value no environment can hold is refused naming the variable.
+"""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
+
+SCHEMA = "llmfleet.specdec/promotion/1"
 BEGIN = "# >>> llmfleet.specdec promotion (managed by playbooks/promote.yml; re-run it to change)"
 END = "# <<< llmfleet.specdec promotion"
-_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _UNPROMOTABLE = ("INVALID", "NOT ENGAGED", "FAILED", "INCOMPLETE")
 
 
@@ -16,31 +32,37 @@ def _fmt(value: Any, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def _comment(text: str) -> str:
+    """One comment line: no newline from a name may end it, and no final backslash may (in systemd 252)
+    continue it over the assignment below."""
+    return ("# " + " ".join(str(text).split())).rstrip("\\")
+
+
 def promotion_table(report: dict[str, Any], winner: str) -> list[str]:
     """The measured table as comment lines: winner first, losers marked."""
     verdicts = report.get("verdicts") or []
-    lines = [f"# run {report.get('run_id')} on {report.get('host')} ({report.get('finished') or report.get('started')}),"
-             f" baseline '{report.get('baseline')}'"]
+    lines = [_comment(f"run {report.get('run_id')} on {report.get('host')} "
+                      f"({report.get('finished') or report.get('started')}), baseline '{report.get('baseline')}'")]
     lines.append("# config | shape | median tok/s | speedup [95% CI] | verdict | status")
     order = [winner, *sorted({v["config"] for v in verdicts} - {winner})]
     for name in order:
         for v in (x for x in verdicts if x["config"] == name):
-            lines.append("# {} | {} | {} | {} [{}, {}] | {} | {}".format(
+            lines.append(_comment("{} | {} | {} | {} [{}, {}] | {} | {}".format(
                 name, v.get("shape"), _fmt(v.get("median_tok_s"), "{:.1f}"), _fmt(v.get("speedup"), "{:.2f}x"),
-                _fmt(v.get("ci_low"), "{:.2f}"), _fmt(v.get("ci_high"), "{:.2f}"), v.get("verdict"), v.get("status")))
+                _fmt(v.get("ci_low"), "{:.2f}"), _fmt(v.get("ci_high"), "{:.2f}"), v.get("verdict"), v.get("status"))))
     for name in order[1:]:
         if name != report.get("baseline"):
-            lines.append(f"# {name}: measured above; do not switch without re-measuring")
+            lines.append(_comment(f"{name}: measured above; do not switch without re-measuring"))
     return lines
 
 
-def promote_env(current: str, report: dict[str, Any], winner: str, force: bool = False) -> str:
-    """The base env file's new text: the winner's variables set (null removes one), the rest kept, and one
-    promotion block (replacing an earlier one) holding the measured table as the justification."""
+def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
+                     promoted_at: str | None = None) -> dict[str, Any]:
+    """The promotion as data: what it sets and unsets, and why (the measured table)."""
     configs = {c.get("name"): c for c in report.get("configs") or []}
     if winner not in configs:
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} is not a config of run {report.get('run_id')} "
-                                 f"(configs: {', '.join(sorted(configs))})")
+                                 f"(configs: {', '.join(sorted(str(c) for c in configs))})")
     statuses = {v.get("status") for v in report.get("verdicts") or [] if v.get("config") == winner}
     bad = sorted(s for s in statuses if s in _UNPROMOTABLE)
     if bad and not force:
@@ -48,13 +70,54 @@ def promote_env(current: str, report: dict[str, Any], winner: str, force: bool =
                                  f"{report.get('run_id')}; it cannot be promoted (set specdec_promote_force=true "
                                  "only after fixing and re-measuring)")
     env = configs[winner].get("server_config") or {}
+    values: dict[str, str] = {}
+    unset: list[str] = []
     for key, value in env.items():
-        if value is not None and any(c in str(value) for c in "\n\r\0"):
-            raise AnsibleFilterError(f"{key}: the value holds a newline or NUL byte; it cannot go in an env file")
-    # drop an earlier promotion block; set or remove the winner's variables in place
+        try:
+            text = envfile.check_env_value(key, value, f"run {report.get('run_id')}: config {winner}")
+        except envfile.EnvFileError as exc:
+            raise AnsibleFilterError(str(exc)) from None
+        if text is None:
+            unset.append(key)
+        else:
+            values[key] = text
+    return {"schema": SCHEMA, "config": winner, "run_id": report.get("run_id"), "host": report.get("host"),
+            "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset),
+            "table": promotion_table(report, winner)}
+
+
+def _check_record(record: Any) -> dict[str, Any]:
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise AnsibleFilterError(f"the promotion record is not a {SCHEMA} document; remove it or run promote.yml again")
+    return record
+
+
+def promotion_block(record: dict[str, Any] | None) -> list[str]:
+    """The promotion's lines in the base env file: markers, the table, the winner's assignments."""
+    if not record:
+        return []
+    record = _check_record(record)
+    try:
+        assignments = envfile.render_lines(record.get("set") or {}, f"promotion of {record.get('config')}")
+    except envfile.EnvFileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+    return [BEGIN, _comment(f"promoted: {record.get('config')}"), *(record.get("table") or []), *assignments,
+            *(_comment(f"removed: {key}") for key in record.get("unset") or []), END]
+
+
+def promoted_env(base_env: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+    """Production's variables without those the promotion sets or unsets (the block carries those)."""
+    if not record:
+        return dict(base_env or {})
+    record = _check_record(record)
+    taken = set(record.get("set") or {}) | set(record.get("unset") or [])
+    return {k: v for k, v in (base_env or {}).items() if k not in taken}
+
+
+def _without_block(lines: list[str]) -> list[str]:
     kept: list[str] = []
     inside = False
-    for line in current.splitlines():
+    for line in lines:
         if line.startswith(BEGIN):
             inside = True
             continue
@@ -62,19 +125,28 @@ def promote_env(current: str, report: dict[str, Any], winner: str, force: bool =
             if line.startswith(END):
                 inside = False
             continue
-        m = _ASSIGN.match(line)
-        if m and m.group(1) in env:
-            continue
         kept.append(line)
+    return kept
+
+
+def promote_env(current: str, report: dict[str, Any], winner: str, force: bool = False) -> str:
+    """The base env file's new text: the winner's variables set (null removes one), the rest kept, and one
+    promotion block (replacing an earlier one) holding the measured table as the justification."""
+    record = promotion_record(report, winner, force)
+    body = "\n".join(_without_block(current.split("\n")))
+    taken = set(record["set"]) | set(record["unset"])
+    # drop the assignments the promotion owns, whole (a quoted value may span lines)
+    drop: set[int] = set()
+    for key, first, last in envfile.assignment_spans(body):
+        if key in taken:
+            drop.update(range(first, last + 1))
+    kept = [line for number, line in enumerate(body.split("\n"), start=1) if number not in drop]
     while kept and not kept[-1].strip():
         kept.pop()
-    block = [BEGIN, f"# promoted: {winner}", *promotion_table(report, winner)]
-    block += [f"{k}={'1' if v is True else ('0' if v is False else v)}" for k, v in sorted(env.items()) if v is not None]
-    block += [f"# removed: {k}" for k, v in sorted(env.items()) if v is None]
-    block.append(END)
-    return "\n".join([*kept, "", *block]) + "\n"
+    return "\n".join([*kept, "", *promotion_block(record)]) + "\n"
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"promote_env": promote_env, "promotion_table": promotion_table}
+        return {"promote_env": promote_env, "promotion_table": promotion_table, "promotion_record": promotion_record,
+                "promotion_block": promotion_block, "promoted_env": promoted_env}

@@ -34,6 +34,8 @@ import shlex
 from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._version import Version
+from ansible_collections.llmfleet.specdec.plugins.module_utils._version import search as search_version
 
 SCHEMA = "llmfleet.specdec/llamacpp-build/1"
 SOURCE_TREE = "llama-cpp-python 0.3.36 vendor/llama.cpp (ggml-org/llama.cpp@0c1e57098)"
@@ -164,22 +166,23 @@ def _arch_number(arch: str) -> int | None:
 # --------------------------------------------------------------------------- versions
 
 
-def parse_version(text: Any) -> tuple[int, ...] | None:
-    """'3.25.1' -> (3, 25, 1); None when there is no version."""
+def parse_version(text: Any) -> Version | None:
+    """'3.25.1' -> Version('3.25.1'), 'cmake version 3.28.0-rc1' -> Version('3.28.0rc1') (before 3.28.0);
+    None when there is no version."""
     if text is None:
         return None
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", str(text))
-    return tuple(int(g) for g in m.groups() if g is not None) if m else None
+    return search_version(text)
 
 
-def vtext(version: Sequence[int]) -> str:
-    return ".".join(str(p) for p in version)
+def vtext(version: Version | Sequence[int]) -> str:
+    return str(version) if isinstance(version, Version) else ".".join(str(p) for p in version)
 
 
 def parse_cmake_version(text: str) -> str | None:
     """``cmake --version``: 'cmake version 3.25.1'."""
-    m = re.search(r"cmake version (\d+\.\d+(?:\.\d+)?)", text)
-    return m.group(1) if m else None
+    m = re.search(r"cmake version (\S+)", text)
+    found = search_version(m.group(1)) if m else None
+    return str(found) if found else None
 
 
 def parse_nvcc_version(text: str) -> str | None:

@@ -18,11 +18,16 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import Rep
 
 SCHEMA = "llmfleet.specdec/ab-report/1"
 HISTORY_SCHEMA = "llmfleet.specdec/ab-history/1"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "host\n" through.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}\Z")
 
 
 def safe_name(value: Any, what: str) -> str:
-    """A host name or run id usable as one path component (no separators, no '..')."""
+    """A host name or run id usable as one path component (no separators, no '..', no control characters).
+
+    The one check for every path built from a host name or run id (the report, spec_ab's run folder and
+    partial results, promote.yml, report_partial.yml through the ``safe_name`` filter), applied before
+    anything is written."""
     text = str(value) if value is not None else ""
     if not _SAFE_NAME.match(text) or ".." in text:
         raise ReportInputError(f"{what}: {text!r} cannot name a results folder; use letters, digits and . _ @ + - "

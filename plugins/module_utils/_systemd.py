@@ -3,8 +3,8 @@
 
 An A/B candidate runs as the production unit itself, changed only by a transient drop-in:
 
-- ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, written
-  verbatim after validation (one ``NAME=value`` line each, value in systemd's env-file syntax);
+- ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, each quoted
+  by ``_envfile`` so that systemd hands the process exactly the value given;
 - ``/run/systemd/system/<unit>.d/50-llmfleet-specdec.conf`` (0600) adds that file after the unit's
   own ``EnvironmentFile=`` (a later file wins), plus ``UnsetEnvironment=`` for variables the
   candidate drops;
@@ -32,12 +32,21 @@ import math
 import os
 import re
 import shlex
+import stat
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
+    EnvFileError,
+    check_env_value,
+    name_problem,
+    read_env_text,
+    render_lines,
+)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values as _read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 COLLECTION = "llmfleet.specdec"
@@ -53,10 +62,6 @@ DEFAULT_PORT = 8080
 
 Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 HttpGet = Callable[[str, float], Tuple[int, str]]
-
-
-class EnvValueError(SpecdecError):
-    """A variable that must not be written to an env file; the message names it."""
 
 
 class UnitOverrideError(SpecdecError):
@@ -136,14 +141,14 @@ def unit_from_rollback_unit(name: str) -> str | None:
 
 
 # ------------------------------------------------------------------ env files
+# The syntax lives in _envfile.py (one home for the rules systemd applies to an EnvironmentFile=);
+# here a candidate is a set of values as the process receives them, written through that module.
 
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# A value whose quotes pair as in a shell: plain characters, backslash escapes, '...' and "..." runs.
-_BALANCED_RE = re.compile(r"""(?:[^"'\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")*\Z""", re.DOTALL)
+EnvValueError = EnvFileError
 
 
 class EnvConfig(NamedTuple):
-    """A candidate's config: variables in order (raw env-file values) and variables it unsets."""
+    """A candidate: variables in order (each value exactly as the process receives it) and variables it unsets."""
 
     assignments: Tuple[Tuple[str, str], ...]
     unset: Tuple[str, ...]
@@ -153,47 +158,15 @@ class EnvConfig(NamedTuple):
 
 
 def check_env_name(name: Any, where: str = "env") -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise EnvValueError(f"{where}: {name!r} is not an environment variable name "
-                            "(letters, digits and '_', not starting with a digit); nothing was written")
+    problem = name_problem(name)
+    if problem:
+        raise EnvValueError(f"{where}: {problem}; nothing was written")
     return name
 
 
-def env_value_problem(value: str) -> str | None:
-    """Why ``value`` cannot be one line of an env file, or None when it can."""
-    if "\x00" in value:
-        return "contains a NUL byte"
-    if "\n" in value or "\r" in value:
-        return "contains a newline (an env file holds one variable per line)"
-    if not _BALANCED_RE.match(value):
-        if _BALANCED_RE.match(value + "x"):
-            return "ends in a lone backslash, which would join the next line"
-        return ("has an unbalanced quote (quotes pair as in a shell; escape a literal quote with a "
-                "backslash or quote the whole value)")
-    return None
-
-
 def env_value_text(name: str, value: Any) -> str | None:
-    """The env-file text for one value: booleans as 1/0, numbers as digits, None = unset; validated."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if not isinstance(value, str):
-        raise EnvValueError(f"env {name}: a {type(value).__name__} cannot go in an env file; give a string, "
-                            "a number, a boolean, or null to unset the variable; nothing was written")
-    problem = env_value_problem(value)
-    if problem:
-        raise EnvValueError(f"env {name}: the value {value!r} {problem}; nothing was written")
-    if name == EXTRA_ARGS_ENV:
-        try:
-            shlex.split(value)
-        except ValueError as exc:
-            raise EnvValueError(f"env {name}: {value!r} does not split into arguments ({exc}); "
-                                "nothing was written") from exc
-    return value
+    """The string the process gets for one value (booleans as 1/0, numbers as digits, None = unset); validated."""
+    return check_env_value(name, value)
 
 
 def env_config_from_mapping(env: Mapping[str, Any]) -> EnvConfig:
@@ -201,8 +174,7 @@ def env_config_from_mapping(env: Mapping[str, Any]) -> EnvConfig:
     assignments: List[Tuple[str, str]] = []
     unset: List[str] = []
     for name, value in env.items():
-        check_env_name(name)
-        text = env_value_text(name, value)
+        text = check_env_value(name, value)
         if text is None:
             unset.append(name)
         else:
@@ -212,107 +184,24 @@ def env_config_from_mapping(env: Mapping[str, Any]) -> EnvConfig:
     return EnvConfig(tuple(assignments), tuple(unset))
 
 
-_LINE_RE = re.compile(r"\s*([^=\s]*)\s*=[ \t]*(.*)\Z", re.DOTALL)
-
-
 def env_config_from_text(text: str, source: str) -> EnvConfig:
-    """Validates an env file (module option ``env_file``): ``NAME=value`` lines, ``#``/``;`` comments."""
-    seen: Dict[str, int] = {}
-    assignments: List[Tuple[str, str]] = []
-    if "\x00" in text:
-        raise EnvValueError(f"{source}: contains a NUL byte; nothing was written")
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line[:-1] if line.endswith("\r") else line
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#;":
-            continue
-        if "=" not in line:
-            raise EnvValueError(f"{source} line {number}: not a NAME=value line; nothing was written")
-        left, _, value = line.partition("=")
-        name = check_env_name(left.strip(), f"{source} line {number}")
-        value = value.lstrip(" \t")
-        if name in seen:
-            raise EnvValueError(f"{source} line {number}: {name} is set twice (first on line {seen[name]}); "
-                                "nothing was written")
-        seen[name] = number
-        problem = env_value_problem(value)
-        if problem:
-            raise EnvValueError(f"{source} line {number}: {name} {problem}; nothing was written")
-        env_value_text(name, value)
-        assignments.append((name, value))
+    """Validates an env file (module option ``env_file``), read as systemd reads it."""
+    assignments = read_env_text(text, source)
     if not assignments:
         raise EnvValueError(f"{source}: no variables in it; give at least one NAME=value line")
     return EnvConfig(tuple(assignments), ())
 
 
-def decode_env_value(raw: str) -> str:
-    """The value a process sees for ``raw``, read the way systemd reads an EnvironmentFile line."""
-    out: List[str] = []
-    state = "pre"
-    trailing_ws: int | None = None
-    for c in raw:
-        if state == "pre":
-            if c in " \t":
-                continue
-            if c == "'":
-                state = "sq"
-            elif c == '"':
-                state = "dq"
-            elif c == "\\":
-                state = "esc"
-            else:
-                out.append(c)
-                state = "val"
-        elif state == "val":
-            if c == "\\":
-                state = "esc"
-                trailing_ws = None
-            else:
-                if c not in " \t":
-                    trailing_ws = None
-                elif trailing_ws is None:
-                    trailing_ws = len(out)
-                out.append(c)
-        elif state == "esc":
-            out.append(c)
-            state = "val"
-        elif state == "sq":
-            if c == "'":
-                state = "pre"
-            else:
-                out.append(c)
-        elif state == "dq":
-            if c == '"':
-                state = "pre"
-            elif c == "\\":
-                state = "dqesc"
-            else:
-                out.append(c)
-        else:  # dqesc
-            out.append(c if c in '"\\`$' else "\\" + c)
-            state = "dq"
-    if state == "val" and trailing_ws is not None:
-        out = out[:trailing_ws]
-    return "".join(out)
-
-
 def read_env_values(text: str) -> Dict[str, str]:
-    """Lenient reading of a base env file (for its port and host): invalid lines are skipped."""
-    values: Dict[str, str] = {}
-    for line in text.split("\n"):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#;":
-            continue
-        match = _LINE_RE.match(line.rstrip("\r"))
-        if match and _NAME_RE.match(match.group(1)) and env_value_problem(match.group(2)) is None:
-            values[match.group(1)] = decode_env_value(match.group(2))
-    return values
+    """Lenient reading of a base env file (for its port and host): what systemd passes on."""
+    return _read_env_values(text)
 
 
 def render_env_file(unit: str, config: EnvConfig) -> str:
     lines = [f"# Written by {COLLECTION}.unit_override: the A/B candidate layered over {unit}'s production env.",
-             "# Lives in /run: removed by state=absent, by the dead-man rollback timer, or by a reboot."]
-    lines += [f"{name}={value}" for name, value in config.assignments]
+             "# Lives in /run: removed by state=absent, by the dead-man rollback timer, or by a reboot.",
+             "# Values are quoted so that systemd passes each one to the process unchanged."]
+    lines += render_lines(dict(config.assignments))
     return "\n".join(lines) + "\n"
 
 
@@ -328,8 +217,8 @@ def render_dropin(paths: OverridePaths, config: EnvConfig) -> str:
 
 def config_matches_environ(config: EnvConfig, environ: Mapping[str, str]) -> bool:
     """Whether a process's environment carries the candidate: every value set, every unset absent."""
-    for name, raw in config.assignments:
-        if environ.get(name) != decode_env_value(raw):
+    for name, value in config.assignments:
+        if environ.get(name) != value:
             return False
     return all(name not in environ for name in config.unset)
 
@@ -337,8 +226,7 @@ def config_matches_environ(config: EnvConfig, environ: Mapping[str, str]) -> boo
 def effective_env(base: Mapping[str, str], config: EnvConfig | None) -> Dict[str, str]:
     env = dict(base)
     if config is not None:
-        for name, raw in config.assignments:
-            env[name] = decode_env_value(raw)
+        env.update(config.assignments)
         for name in config.unset:
             env.pop(name, None)
     return env
@@ -496,6 +384,53 @@ def render_rollback_script(paths: OverridePaths, python: str, url: str, health_t
     return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config)
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def writable_by_others(path: str) -> str | None:
+    """Why a non-root user could change what ``path`` runs (it or a directory above it is not root's, or is
+    group/other-writable), following the path as given and as resolved; None when only root can."""
+    seen = set()
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        current = candidate
+        while current not in seen:
+            seen.add(current)
+            try:
+                st = os.lstat(current)
+            except OSError as exc:
+                return f"{current} cannot be checked ({exc.strerror})"
+            # A link's own owner and mode do not matter: replacing it takes write access to its directory.
+            if not stat.S_ISLNK(st.st_mode):
+                if st.st_uid != 0:
+                    return f"{current} belongs to uid {st.st_uid}, not root"
+                if st.st_mode & 0o022:
+                    return f"{current} is writable by its group or by everyone (mode {st.st_mode & 0o7777:04o})"
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return None
+
+
+def rollback_interpreter(python: str, fallback: str = SYSTEM_PYTHON) -> str:
+    """The interpreter root's rollback timer runs: ``python`` when only root can change it, else ``fallback``
+    (the script needs nothing but the standard library); an error naming both problems when neither is safe.
+
+    The module's own interpreter is often a venv that belongs to the user Ansible logs in as; root running
+    a file that user can replace (or a venv whose site-packages that user can write) is a privilege escalation.
+    """
+    problem = writable_by_others(python)
+    if problem is None:
+        return python
+    fallback_problem = writable_by_others(fallback) if fallback != python else problem
+    if fallback_problem is None:
+        return fallback
+    raise SpecdecError(
+        f"the dead-man rollback runs as root, and no interpreter for it is root's alone: {python} (this module's "
+        f"interpreter): {problem}; {fallback}: {fallback_problem}. Install python3 owned by root at {fallback}, or "
+        "set ansible_python_interpreter to a root-owned python3 whose directories only root can write")
+
+
 def calendar_spec(epoch: float) -> str:
     """An OnCalendar= value for one instant: ``2026-11-29 10:05:30 UTC`` (whole seconds, rounded up)."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(math.ceil(epoch)))
@@ -598,8 +533,9 @@ def parse_proc_net_tcp(text: str) -> List[Listener]:
 
 
 def _read(path: str) -> str | None:
+    # newline="": a carriage return inside a quoted env-file value is part of the value, not a line end
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
             return handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -1207,6 +1143,8 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
         raise SpecdecError("health_timeout must be at least 1 s and port_timeout at least 0 s")
     if os.geteuid() != 0:
         raise SpecdecError("unit_override writes under /run and drives systemd: run it as root (become: true)")
+    if state == "present" and rollback_after is not None:
+        python = rollback_interpreter(python)
     manager = UnitOverride(run=run, check_mode=check_mode, python=python,
                            health_timeout=health_timeout, port_timeout=port_timeout)
     if every_unit:

@@ -21,11 +21,12 @@ the config at start-up), ``silent_off`` and ``warnings``.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from typing import Any, Iterable, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._version import Version
+from ansible_collections.llmfleet.specdec.plugins.module_utils._version import parse as parse_pep440
 
 SOURCE = "vllm/config/speculative.py (vllm-project/vllm 002e77c1)"
 
@@ -61,18 +62,20 @@ def finding(code: str, reason: str, fix: str) -> dict[str, str]:
     return {"code": code, "reason": reason, "fix": fix}
 
 
-def parse_version(version: Any) -> tuple[int, ...] | None:
-    """'0.20.1', 'v0.21.0rc1', '0.20.1.dev3+gabc' -> (0, 20, 1); None -> None."""
+def parse_version(version: Any) -> Version | None:
+    """'0.20.1', 'v0.21.0rc1', '0.20.1.dev3+gabc' -> a PEP 440 Version (pre and dev releases sort before
+    their release, so 0.20.1rc1 does not pass a 0.20.1 gate); None -> None."""
     if version is None or version == "":
         return None
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
-    if not m:
-        raise SpecdecError(f"vllm_version={version!r} is not a vLLM version; give it like 0.20.1")
-    return tuple(int(g) for g in m.groups() if g is not None)
+    try:
+        return parse_pep440(str(version))
+    except ValueError:
+        raise SpecdecError(f"vllm_version={version!r} is not a vLLM version (PEP 440); give it like 0.20.1, "
+                           "0.21.0rc1 or 0.20.1.dev3+gabc") from None
 
 
-def _vtext(v: tuple[int, ...]) -> str:
-    return ".".join(str(p) for p in v)
+def _vtext(v: Version | tuple[int, ...]) -> str:
+    return str(v) if isinstance(v, Version) else ".".join(str(p) for p in v)
 
 
 def _canon_backend(name: Any) -> str | None:

@@ -35,8 +35,10 @@ description:
     fails loudly, naming the unit and its last journal lines, if production does not come back healthy. With
     nothing to remove it restarts nothing and only checks health. O(unit=*) does this for every unit this
     collection left something for (playbook C(llmfleet.specdec.rollback)).
-  - Values are validated before anything is written; a newline, a NUL byte, an unbalanced quote or a trailing
-    lone backslash is an error naming the variable.
+  - Values are validated before anything is armed or written. Each value is written so that systemd hands the
+    process exactly that value (quoted by systemd's C(EnvironmentFile=) rules), so backslashes, quotes, C($),
+    C(#), spaces and newlines arrive unchanged. A value no environment can hold (a NUL byte, text that is not
+    valid UTF-8, more than 128 KiB) is an error naming the variable.
 options:
   unit:
     description:
@@ -56,16 +58,19 @@ options:
     description:
       - The candidate as variables, for example C(LLAMA_ARG_SPEC_TYPE) and C(LLAMA_ARG_SPEC_DRAFT_MODEL).
         They are layered over the unit's production env; variables not named keep their production values.
-      - Values are written verbatim in systemd's env-file syntax, so quotes must pair as in a shell. Booleans
-        become C(1)/C(0), numbers their digits, and V(null) unsets the variable (C(UnsetEnvironment=)).
+      - Each value is what the process receives, byte for byte; the module does the quoting. Booleans become
+        C(1)/C(0), numbers their digits, and V(null) unsets the variable (C(UnsetEnvironment=)), also when the
+        unit's own env file sets it.
       - Flags without an environment name go, shell-quoted, in C(LLAMA_EXTRA_ARGS), which the unit of role
-        C(llmfleet.specdec.llamacpp_serve) appends to llama-server's command line.
+        C(llmfleet.specdec.llamacpp_serve) splits like a shell and appends to llama-server's command line, so
+        its value must split (quotes paired).
       - Mutually exclusive with O(env_file); one of them is required with O(state=present).
     type: dict
   env_file:
     description:
-      - The candidate as an env file on the managed host (C(NAME=value) lines, C(#) comments). It is validated
-        like O(env) and copied, never referenced.
+      - The candidate as an env file on the managed host, in systemd's C(EnvironmentFile=) syntax. It is read
+        as systemd reads it (a line without C(=), a quote never closed or a variable set twice is an error naming
+        the line), validated like O(env) and copied, never referenced.
     type: path
   rollback_after:
     description:
@@ -96,6 +101,10 @@ attributes:
 notes:
   - Runs on the managed host as root (C(become=true)); needs systemd, C(systemd-run) and C(journalctl).
   - The deadline is wall-clock time, so a clock step on the host (NTP) moves it by as much.
+  - The rollback timer runs as root, so it runs an interpreter only root can change; the module's own
+    interpreter when it and every directory above it belong to root and are not group- or world-writable,
+    else C(/usr/bin/python3). If neither is, O(rollback_after) fails naming the problem (a venv owned by the
+    login user is the usual case).
   - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT)), after the
     candidate's env is layered on; a wildcard host is checked on loopback.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).

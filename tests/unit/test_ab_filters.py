@@ -9,10 +9,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.specdec.plugins.filter.ab import (
     ab_env,
     ab_expand,
+    ab_render,
     ab_report_configs,
     ab_schedule,
     spec_counters,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "breakeven"
 
@@ -55,8 +59,8 @@ def test_configs_with_one_server_side_run_together_and_restart_once() -> None:
     configs = [{"name": "baseline", "env": {}},
                {"name": "a", "env": dict(draft, LLAMA_ARG_SPEC_DRAFT_N_MAX="3")},
                {"name": "b", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
-               # the same env file as a once rendered (a flag given as a flag): no restart between them
-               {"name": "a-twin", "env": draft, "flags": ["--spec-draft-n-max", "3"]}]
+               # the same server side as a once rendered, under another name: no restart between them
+               {"name": "a-twin", "env": dict(draft, LLAMA_ARG_SPEC_DRAFT_N_MAX=3)}]
     plan = ab_schedule(configs, 3)
     rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(3)]
     assert rounds == [["baseline", "a", "a-twin", "b"], ["a", "a-twin", "b", "baseline"],
@@ -72,20 +76,68 @@ def test_configs_with_one_server_side_run_together_and_restart_once() -> None:
     assert [p["restart"] for p in ab_schedule(["baseline", "x"], 1)] == [False, True]
 
 
-def test_env_rendering_puts_unnamed_flags_in_extra_args() -> None:
-    env = ab_env({"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, ["--spec-ngram-mod-n-min", "16", "--spec-draft-n-max", "5"])
-    assert env["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
-    assert env["LLAMA_ARG_SPEC_DRAFT_N_MAX"] == "5"
-    assert "--spec-ngram-mod-n-min 16" in env["LLAMA_EXTRA_ARGS"]
-    with pytest.raises(AnsibleFilterError, match="--no-such-flag"):
-        ab_env({}, ["--no-such-flag"])
+PRODUCTION = {"LLAMA_ARG_MODEL": "/m/t.gguf", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf",
+              "LLAMA_EXTRA_ARGS": "--spec-draft-device CUDA1"}
+
+
+def test_flags_are_appended_as_llama_server_appends_them() -> None:
+    """env SPEC_TYPE=ngram-mod plus --spec-type draft-simple: linted and served as ngram-mod,draft-simple."""
+    config = {"name": "both", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, "flags": ["--spec-type", "draft-simple"]}
+    rendering = ab_render([config], PRODUCTION)["both"]
+    assert rendering["override"] == {"LLAMA_ARG_SPEC_TYPE": "ngram-mod",
+                                     "LLAMA_EXTRA_ARGS": "--spec-draft-device CUDA1 --spec-type draft-simple"}
+    assert rendering["env"]["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
+    assert rendering["argv"] == ["--spec-draft-device", "CUDA1", "--spec-type", "draft-simple"]
+    # what the preflight lints is this rendering's env, and it is what llama-server resolves
+    parsed = parse_flags([], rendering["env"])
+    assert parsed["spec_types"] == ["ngram-mod", "draft-simple"] and parsed["problems"] == []
+    assert parsed["options"]["--spec-draft-device"] == "CUDA1"
+    assert lint("llamacpp", parsed)["effective_chain"] == ["ngram-mod", "draft-simple"]
+
+
+def test_productions_extra_args_stay_under_every_candidate_with_a_flag() -> None:
+    rendering = ab_render([{"name": "ng", "flags": ["--spec-ngram-mod-n-min", "16"]}], PRODUCTION)["ng"]
+    assert rendering["argv"] == ["--spec-draft-device", "CUDA1", "--spec-ngram-mod-n-min", "16"]
+    assert ab_env({}, ["--spec-ngram-mod-n-min", "16"], PRODUCTION) == rendering["override"]
+    # a candidate that sets LLAMA_EXTRA_ARGS itself replaces production's, and its flags follow its own
+    own = ab_render([{"name": "own", "env": {"LLAMA_EXTRA_ARGS": "--spec-draft-device CUDA0"},
+                      "flags": ["--spec-draft-n-max", "5"]}], PRODUCTION)["own"]
+    assert own["argv"] == ["--spec-draft-device", "CUDA0", "--spec-draft-n-max", "5"]
+
+
+def test_null_unsets_a_production_variable_end_to_end() -> None:
+    rendering = ab_render([{"name": "nodraft", "env": {"LLAMA_ARG_SPEC_DRAFT_MODEL": None,
+                                                         "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}], PRODUCTION)["nodraft"]
+    assert rendering["override"] == {"LLAMA_ARG_SPEC_DRAFT_MODEL": None, "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}
+    assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in rendering["env"] and rendering["unset"] == ["LLAMA_ARG_SPEC_DRAFT_MODEL"]
+    assert rendering["env_file"] == ["LLAMA_ARG_SPEC_TYPE=ngram-mod"]
+    # unit_override gets the override, where null means UnsetEnvironment=
+    config = sd.env_config_from_mapping(rendering["override"])
+    assert config.unset == ("LLAMA_ARG_SPEC_DRAFT_MODEL",)
+    # the report records it as null, not as an empty string
+    report = ab_report_configs([{"name": "nodraft"}], {"nodraft": ["ngram-mod"]}, {"nodraft": rendering})
+    assert report[0]["server_config"]["LLAMA_ARG_SPEC_DRAFT_MODEL"] is None
+    assert report[0]["rendering"] == rendering
+
+
+def test_values_that_cannot_run_are_refused_naming_the_config() -> None:
+    with pytest.raises(AnsibleFilterError, match=r"config bad: env LLAMA_ARG_ALIAS: .*lone surrogate"):
+        ab_render([{"name": "bad", "env": {"LLAMA_ARG_ALIAS": "x\udc80"}}], PRODUCTION)
+    with pytest.raises(AnsibleFilterError, match=r"config q: flags LLAMA_EXTRA_ARGS: .*NUL"):
+        ab_render([{"name": "q", "flags": ["--alias", "a\x00b"]}], PRODUCTION)
+    with pytest.raises(AnsibleFilterError, match="the baseline is production as it runs"):
+        ab_render([{"name": "baseline", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}], PRODUCTION, "baseline")
 
 
 def test_report_configs_carry_chain_and_depth() -> None:
-    out = ab_report_configs([{"name": "d", "env": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "7"}}, {"name": "baseline"}],
-                            {"d": ["draft-simple"], "baseline": []})
-    assert out[0] == {"name": "d", "chain": ["draft-simple"], "server_config": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "7"}, "k": 7}
-    assert out[1]["chain"] == [] and "k" not in out[1]
+    renderings = ab_render([{"name": "d", "env": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "7"}},
+                            {"name": "f", "flags": ["--spec-draft-n-max", "5"]}, {"name": "baseline"}], {})
+    out = ab_report_configs([{"name": "d"}, {"name": "f"}, {"name": "baseline"}],
+                            {"d": ["draft-simple"], "baseline": []}, renderings)
+    assert {k: out[0][k] for k in ("name", "chain", "server_config", "k")} == {
+        "name": "d", "chain": ["draft-simple"], "server_config": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "7"}, "k": 7}
+    assert out[1]["k"] == 5  # a depth given as a flag is the depth llama-server uses
+    assert out[2]["chain"] == [] and "k" not in out[2]
 
 
 def test_step0_counters_from_a_recorded_metrics_page() -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.filter.promote import BEGIN, END, promote_env
+from ansible_collections.llmfleet.specdec.plugins.filter.envfile import env_file_lines
+from ansible_collections.llmfleet.specdec.plugins.filter.promote import (
+    BEGIN,
+    END,
+    promote_env,
+    promoted_env,
+    promotion_block,
+    promotion_record,
+)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 
 REPORT = {
     "run_id": "20261129T100000Z", "host": "frank-zealot", "baseline": "baseline", "finished": "2026-11-29T10:10:00",
@@ -53,7 +62,59 @@ def test_invalid_or_unknown_configs_are_refused() -> None:
         promote_env(CURRENT, REPORT, "nope")
 
 
-def test_a_value_with_a_newline_is_refused() -> None:
-    report = dict(REPORT, configs=[{"name": "x", "server_config": {"LLAMA_ARG_ALIAS": "a\nLLAMA_ARG_PORT=1"}}], verdicts=[])
-    with pytest.raises(AnsibleFilterError, match="LLAMA_ARG_ALIAS"):
-        promote_env(CURRENT, report, "x")
+def test_a_value_cannot_inject_a_variable_and_reaches_the_process_unchanged() -> None:
+    report = dict(REPORT, configs=[{"name": "x", "server_config": {"LLAMA_ARG_ALIAS": "a\nLLAMA_ARG_PORT=1",
+                                                                   "LLAMA_ARG_GRAMMAR": 'root ::= "\\\\" [a-z]'}}],
+                  verdicts=[])
+    values = read_env_values(promote_env(CURRENT, report, "x"))
+    assert values["LLAMA_ARG_PORT"] == "8080"
+    assert values["LLAMA_ARG_ALIAS"] == "a\nLLAMA_ARG_PORT=1"
+    assert values["LLAMA_ARG_GRAMMAR"] == 'root ::= "\\\\" [a-z]'
+    bad = dict(report, configs=[{"name": "x", "server_config": {"LLAMA_ARG_ALIAS": "a\udc80"}}])
+    with pytest.raises(AnsibleFilterError, match=r"LLAMA_ARG_ALIAS: .*lone surrogate"):
+        promote_env(CURRENT, bad, "x")
+
+
+def test_a_multi_line_value_the_promotion_replaces_goes_whole() -> None:
+    current = CURRENT + 'LLAMA_ARG_SPEC_TYPE="ngram-simple\nstill the value"\nLLAMA_ARG_THREADS=4\n'
+    values = read_env_values(promote_env(current, REPORT, "ngram-mod"))
+    assert values["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod" and values["LLAMA_ARG_THREADS"] == "4"
+    assert "still the value" not in promote_env(current, REPORT, "ngram-mod")
+
+
+def _deploy(base_env: dict, record: dict | None) -> str:
+    """What role llamacpp_serve's template writes (templates/llama-server.env.j2), without Jinja."""
+    lines = ["# production", *env_file_lines(promoted_env(base_env, record))]
+    block = promotion_block(record)
+    return "\n".join([*lines, *(["", *block] if block else [])]) + "\n"
+
+
+def test_a_promotion_survives_the_next_deploy() -> None:
+    """promote.yml writes the record; the next deploy.yml (role llamacpp_serve) writes the same promotion again."""
+    base = {"LLAMA_ARG_PORT": 8080, "LLAMA_ARG_SPEC_DRAFT_N_MAX": 3, "LLAMA_ARG_CTX_SIZE": 4096}
+    deployed = _deploy(base, None)
+    record = promotion_record(REPORT, "ngram-mod")
+    promoted = promote_env(deployed, REPORT, "ngram-mod")
+    redeployed = _deploy(base, record)
+    assert read_env_values(redeployed) == read_env_values(promoted) == {
+        "LLAMA_ARG_PORT": "8080", "LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}
+    assert redeployed == promoted
+    # without the record, a deploy would have undone it (what happened before promotions had one)
+    assert read_env_values(_deploy(base, None))["LLAMA_ARG_SPEC_DRAFT_N_MAX"] == "3"
+
+
+def test_the_record_says_what_is_set_unset_and_why() -> None:
+    record = promotion_record(REPORT, "ngram-mod", promoted_at="2026-11-30T10:00:00+00:00")
+    assert record["set"] == {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"} and record["unset"] == ["LLAMA_ARG_SPEC_DRAFT_N_MAX"]
+    assert record["schema"] == "llmfleet.specdec/promotion/1" and record["run_id"] == "20261129T100000Z"
+    assert "# ngram-mod | echo | 41.0 | 1.64x [1.50, 1.80] | win | OK" in record["table"]
+    with pytest.raises(AnsibleFilterError, match=r"not a llmfleet\.specdec/promotion/1 document"):
+        promotion_block({"set": {}})
+
+
+def test_a_config_name_cannot_hide_the_assignment_below_its_comment() -> None:
+    report = dict(REPORT, configs=[{"name": "x\\", "server_config": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}],
+                  verdicts=[])
+    text = promote_env(CURRENT, report, "x\\")
+    assert read_env_values(text)["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
+    assert not any(line.startswith("#") and line.endswith("\\") for line in text.splitlines())

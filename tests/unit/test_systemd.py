@@ -59,27 +59,25 @@ def test_override_paths_and_the_rollback_unit_round_trip() -> None:
 
 
 @pytest.mark.parametrize("value, problem", [
-    ("a\nb", "newline"),
-    ("a\rb", "newline"),
     ("a\x00b", "NUL"),
-    ('"unclosed', "unbalanced quote"),
-    ("it's", "unbalanced quote"),
-    ("--alias 'my model", "unbalanced quote"),
-    ('"a" "b', "unbalanced quote"),
-    ("trailing\\", "lone backslash"),
+    ("bad \udc80 text", "lone surrogate"),
+    ("x" * 140000, "bytes long"),
 ])
-def test_env_values_that_cannot_be_one_line_are_errors_naming_the_variable(value: str, problem: str) -> None:
+def test_env_values_that_cannot_reach_a_process_are_errors_naming_the_variable(value: str, problem: str) -> None:
     with pytest.raises(sd.EnvValueError) as info:
         sd.env_config_from_mapping({"LLAMA_ARG_ALIAS": value})
     assert "LLAMA_ARG_ALIAS" in str(info.value) and problem in str(info.value)
     assert "nothing was written" in str(info.value)
 
 
-@pytest.mark.parametrize("value", ["plain", "a b c", '"a b"', "'x y'", 'a\\"b', "it\\'s", '""', "",
-                                   "--spec-draft-device 'CUDA0' --x \"y z\"", "/srv/models/q.gguf", "50%"])
-def test_env_values_that_pair_their_quotes_are_kept_verbatim(value: str) -> None:
+@pytest.mark.parametrize("value", ["plain", "a b c", '"a b"', "'x y'", 'a\\"b', "it's", '""', "", "a\nb", "a\rb",
+                                   "blk\\.(\\d+)\\.ffn_.*_exps\\.=CPU", "trailing\\", " lead and trail ",
+                                   "--spec-draft-device 'CUDA0' --x \"y z\"", "/srv/models/q.gguf", "50%", "$HOME #x"])
+def test_env_values_are_kept_exactly_as_the_process_will_get_them(value: str) -> None:
     config = sd.env_config_from_mapping({"V": value})
     assert config.assignments == (("V", value),)
+    written = sd.render_env_file("u.service", config)
+    assert sd.read_env_values(written) == {"V": value}
 
 
 def test_env_mapping_types_and_unsets() -> None:
@@ -93,8 +91,8 @@ def test_env_mapping_types_and_unsets() -> None:
     ({}, "env is empty"),
     ({"1BAD": "x"}, "not an environment variable name"),
     ({"A-B": "x"}, "not an environment variable name"),
-    ({"A": ["list"]}, "env A: a list cannot go in an env file"),
-    ({"LLAMA_EXTRA_ARGS": '--x "y'}, "unbalanced quote"),
+    ({"A": ["list"]}, "env A: a list cannot be an environment variable's value"),
+    ({"LLAMA_EXTRA_ARGS": '--x "y'}, "does not split into arguments like a shell"),
 ])
 def test_env_mapping_errors(env: Dict[str, Any], match: str) -> None:
     with pytest.raises(sd.EnvValueError, match=match):
@@ -102,10 +100,11 @@ def test_env_mapping_errors(env: Dict[str, Any], match: str) -> None:
 
 
 def test_env_file_text_is_read_like_systemd_reads_it() -> None:
-    text = "# candidate\n\n; also a comment\nLLAMA_ARG_SPEC_TYPE=draft-simple\r\n  LLAMA_ARG_CTX_SIZE = 4096\nX=\"a b\"\n"
+    text = ("# candidate\n\n; also a comment\nLLAMA_ARG_SPEC_TYPE=draft-simple\r\n  LLAMA_ARG_CTX_SIZE = 4096\n"
+            "X=\"a b\"\nY='blk\\.(\\d+)'\n")
     config = sd.env_config_from_text(text, "/tmp/c.env")
     assert config.assignments == (("LLAMA_ARG_SPEC_TYPE", "draft-simple"), ("LLAMA_ARG_CTX_SIZE", "4096"),
-                                  ("X", '"a b"'))
+                                  ("X", "a b"), ("Y", "blk\\.(\\d+)"))
     assert config.unset == ()
 
 
@@ -113,36 +112,19 @@ def test_env_file_text_is_read_like_systemd_reads_it() -> None:
     ("A=1\nA=2\n", "line 2: A is set twice"),
     ("A=1\njust words\n", "line 2: not a NAME=value line"),
     ("export A=1\n", "line 1: 'export A' is not an environment variable name"),
-    ("A='x\nB=2\n", "line 1: A has an unbalanced quote"),
-    ("A=x\\\n", "line 1: A ends in a lone backslash"),
+    ("A='x\nB=2\n", "line 1: A's quote is never closed"),
     ("# nothing\n", "no variables"),
     ("A=\x00\n", "NUL"),
+    ("LLAMA_EXTRA_ARGS=\"--alias 'x\"\n", "line 1: LLAMA_EXTRA_ARGS does not split"),
 ])
 def test_env_file_errors_name_the_line(text: str, match: str) -> None:
     with pytest.raises(sd.EnvValueError, match=match):
         sd.env_config_from_text(text, "/etc/c.env")
 
 
-@pytest.mark.parametrize("raw, seen", [
-    ("plain", "plain"),
-    ("  a b  ", "a b"),
-    ('"a b"', "a b"),
-    ('"a\\"b"', 'a"b'),
-    ('"a\\qb"', "a\\qb"),
-    ("'a\\b'", "a\\b"),
-    ("'a' 'b'", "ab"),
-    ('a"b', 'a"b'),
-    ("a\\ ", "a "),
-    ("a\\ b", "a b"),
-    ("", ""),
-])
-def test_decode_env_value_matches_systemd(raw: str, seen: str) -> None:
-    assert sd.decode_env_value(raw) == seen
-
-
-def test_read_env_values_skips_what_it_cannot_read() -> None:
+def test_read_env_values_reads_what_systemd_passes_on() -> None:
     values = sd.read_env_values("LLAMA_ARG_PORT=8081\nBAD LINE\nLLAMA_ARG_HOST='0.0.0.0'\nQ=\"open\n")
-    assert values == {"LLAMA_ARG_PORT": "8081", "LLAMA_ARG_HOST": "0.0.0.0"}
+    assert values == {"LLAMA_ARG_PORT": "8081", "LLAMA_ARG_HOST": "0.0.0.0", "Q": "open\n"}
 
 
 # ------------------------------------------------------------------ rendering
@@ -153,8 +135,8 @@ def test_render_env_file_and_dropin() -> None:
     config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": None,
                                          "LLAMA_ARG_CACHE_TYPE_K": None})
     env = sd.render_env_file(paths.unit, config)
-    assert env.splitlines()[2:] == ["LLAMA_ARG_SPEC_TYPE=draft-simple"]
-    assert all(line.startswith("#") for line in env.splitlines()[:2])
+    assert env.splitlines()[3:] == ["LLAMA_ARG_SPEC_TYPE=draft-simple"]
+    assert all(line.startswith("#") for line in env.splitlines()[:3])
     dropin = sd.render_dropin(paths, config)
     assert dropin.splitlines()[2:] == [
         "[Service]",
@@ -167,9 +149,9 @@ def test_render_env_file_and_dropin() -> None:
 
 def test_config_matches_environ() -> None:
     config = sd.env_config_from_mapping({"A": '"x y"', "B": None})
-    assert sd.config_matches_environ(config, {"A": "x y", "C": "1"})
-    assert not sd.config_matches_environ(config, {"A": '"x y"'})
-    assert not sd.config_matches_environ(config, {"A": "x y", "B": ""})
+    assert sd.config_matches_environ(config, {"A": '"x y"', "C": "1"})
+    assert not sd.config_matches_environ(config, {"A": "x y"})
+    assert not sd.config_matches_environ(config, {"A": '"x y"', "B": ""})
 
 
 @pytest.mark.parametrize("env, endpoint", [
@@ -555,15 +537,16 @@ def test_present_in_check_mode_writes_nothing_and_shows_the_diff(tmp_path: Path)
     assert host.changing_calls() == []
 
 
-def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path: Path) -> None:
-    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
+@pytest.mark.parametrize("alias", ["plain", "carriage\rreturn\r\n and newline\n"])
+def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path: Path, alias: str) -> None:
+    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias})
     paths = sd.override_paths("llama-server.service", run_dir=str(tmp_path / "run"))
     os.makedirs(paths.state_dir)
     os.makedirs(paths.dropin_dir)
     sd.write_private(paths.env_file, sd.render_env_file(paths.unit, config), 0o600)
     sd.write_private(paths.dropin, sd.render_dropin(paths, config), 0o600)
     host = FakeHost(_production(tmp_path, DropInPaths=paths.dropin))
-    procs = {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple"}}}
+    procs = {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias}}}
     result = _manager(tmp_path, host, procs).present("llama-server.service", config, None)
     assert result["changed"] is False and result["main_pid"] == 77
     assert host.changing_calls() == []
@@ -643,7 +626,10 @@ def _refusing_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"unit": "llama-server", "state": "present", "env": {"LLAMA_ARG_ALIAS": "a\nb"}}, "env LLAMA_ARG_ALIAS"),
+    # a lone surrogate cannot be written as UTF-8: refused before the dead-man is armed or a file written
+    ({"unit": "llama-server", "state": "present", "env": {"LLAMA_ARG_ALIAS": "a\udc80b"}, "rollback_after": 600},
+     "env LLAMA_ARG_ALIAS: .* lone surrogate"),
+    ({"unit": "llama-server", "state": "present", "env": {"LLAMA_ARG_ALIAS": "a\x00b"}}, "env LLAMA_ARG_ALIAS: .*NUL"),
     ({"unit": "llama-server", "state": "present", "env": {"A": "1"}, "rollback_after": 60}, "must be longer than"),
     ({"unit": "*", "state": "present", "env": {"A": "1"}}, "only goes with state=absent"),
     ({"unit": "a b", "state": "absent"}, "not a service name"),
@@ -658,19 +644,19 @@ def test_bad_input_fails_before_touching_the_host(params: Dict[str, Any], match:
 def test_env_file_on_the_host_is_validated(tmp_path: Path) -> None:
     bad = tmp_path / "c.env"
     bad.write_text("LLAMA_ARG_SPEC_TYPE=draft-simple\nLLAMA_ARG_ALIAS=\"open\n")
-    with pytest.raises(sd.EnvValueError, match="line 2: LLAMA_ARG_ALIAS has an unbalanced quote"):
+    with pytest.raises(sd.EnvValueError, match="line 2: LLAMA_ARG_ALIAS's quote is never closed"):
         sd.load_config(None, str(bad))
     with pytest.raises(SpecdecError, match="does not exist on the managed host"):
         sd.load_config(None, str(tmp_path / "missing.env"))
 
 
 def test_module_fails_naming_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
-    with patch_module_args({"unit": "llama-server", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple\nLLAMA_ARG_X=1"}}), \
-            pytest.raises(SystemExit):
+    with patch_module_args({"unit": "llama-server", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple\x00"},
+                            "rollback_after": 600}), pytest.raises(SystemExit):
         unit_override.main()
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True
-    assert out["msg"].startswith("env LLAMA_ARG_SPEC_TYPE: the value") and "newline" in out["msg"]
+    assert out["msg"].startswith("env LLAMA_ARG_SPEC_TYPE: the value") and "NUL byte" in out["msg"]
 
 
 def test_module_requires_a_candidate_for_present(capsys: pytest.CaptureFixture[str]) -> None:
@@ -696,3 +682,51 @@ def test_leftover_units_come_from_state_dirs_dropins_and_timers(tmp_path: Path) 
 
     manager = sd.UnitOverride(run=Timers({}), run_dir=str(run), proc=str(_fake_proc(tmp_path, {})))
     assert manager.leftover_units() == ["a.service", "b.service", "c@x.service"]
+
+
+# ------------------------------------------------------------------ the interpreter root's timer runs
+
+
+def _tree(root: Path, owner: int, mode: int) -> Path:
+    venv = root / "home" / "deploy" / "venv" / "bin"
+    venv.mkdir(parents=True)
+    for directory in (root, root / "home"):
+        os.chown(directory, 0, 0)
+        directory.chmod(0o755)
+    for directory in (root / "home" / "deploy", root / "home" / "deploy" / "venv", venv):
+        os.chown(directory, owner, owner)
+        directory.chmod(mode)
+    python = venv / "python3"
+    python.write_text("#!/bin/sh\n")
+    os.chown(python, owner, owner)
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another owner needs root")
+def test_a_venv_of_another_user_is_not_what_root_runs(tmp_path: Path) -> None:
+    root = tmp_path / "srv"
+    python = _tree(root, owner=1000, mode=0o755)
+    tmp_path.chmod(0o755)
+    safe = os.path.realpath("/bin/sh")  # root's, in root's directories: a stand-in path, never executed
+    assert "belongs to uid 1000, not root" in (sd.writable_by_others(str(python)) or "")
+    assert sd.rollback_interpreter(str(python), fallback=safe) == safe
+    with pytest.raises(SpecdecError) as info:
+        sd.rollback_interpreter(str(python), fallback=str(python.parent / "missing"))
+    assert str(python) in str(info.value) and "root-owned python3" in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another owner needs root")
+def test_a_group_writable_directory_above_the_interpreter_is_refused(tmp_path: Path) -> None:
+    python = _tree(tmp_path / "srv", owner=0, mode=0o775)
+    assert f"{python.parent} is writable by its group or by everyone (mode 0775)" == sd.writable_by_others(str(python))
+    link = tmp_path / "srv" / "python-link"
+    link.symlink_to(python)
+    # a root-owned link in a root directory still leads to a file others can change
+    assert sd.writable_by_others(str(link)) is not None
+
+
+def test_roots_own_interpreter_is_kept() -> None:
+    safe = os.path.realpath("/bin/sh")
+    assert sd.writable_by_others(safe) is None
+    assert sd.rollback_interpreter(safe, fallback="/nonexistent/python3") == safe

@@ -84,8 +84,11 @@ def test_the_field_notes_dflash_config_is_valid_on_0_20_1() -> None:
     assert r["errors"] == [] and r["warnings"] == []
 
 
+# A pre-release or development build of 0.20.1 comes before 0.20.1 (PEP 440): it does not pass the gate.
 @pytest.mark.parametrize("version, ok", [("0.20.0", False), ("v0.19.3", False), ("0.20.1", True),
-                                         ("0.21.0rc1", True), ("0.20.1.dev3+gabc", True), (None, True)])
+                                         ("0.21.0rc1", True), ("0.20.1.dev3+gabc", False), ("0.20.1rc1", False),
+                                         ("0.20.1.dev42", False), ("0.20.1a1", False), ("0.20.1.post1", True),
+                                         ("0.20.1+cpu", True), ("0.20.2.dev1", True), (None, True)])
 def test_dflash_minimum_version(version: str | None, ok: bool) -> None:
     r = _vllm.validate(DFLASH, version)
     assert (r["errors"] == []) is ok

@@ -1,0 +1,37 @@
+# Filters exposing the env-file rules (_envfile.py) to the serving roles' templates and checks.
+"""Env files for templates: the same code ``unit_override`` writes and reads them with.
+
+- ``env | llmfleet.specdec.env_file_lines``: one ``NAME=value`` assignment per set variable, each
+  value quoted so that systemd hands the process exactly that value (None = left out).
+- ``env | llmfleet.specdec.env_file_problems(where)``: why variables cannot be written, one message
+  each naming the variable (an empty list when all of them can).
+- ``text | llmfleet.specdec.env_file_values``: what systemd passes on for an env file's text.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
+
+
+def env_file_lines(env: dict[str, Any], where: str = "env") -> list[str]:
+    try:
+        return envfile.render_lines(dict(env or {}), where)
+    except envfile.EnvFileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def env_file_problems(env: dict[str, Any], where: str = "env") -> list[str]:
+    return envfile.problems(dict(env or {}), where)
+
+
+def env_file_values(text: str) -> dict[str, str]:
+    return envfile.read_env_values(str(text or ""))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"env_file_lines": env_file_lines, "env_file_problems": env_file_problems,
+                "env_file_values": env_file_values}

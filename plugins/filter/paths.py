@@ -1,0 +1,23 @@
+# Filter exposing the report's safe_name to playbooks and roles: every path built from a host name or run id.
+"""``inventory_hostname | llmfleet.specdec.safe_name('inventory_hostname')``: the name itself when it can be one
+path component, else the task fails naming the variable and what to change (before anything is written)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._report import safe_name as _safe_name
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
+
+
+def safe_name(value: Any, what: str = "name") -> str:
+    try:
+        return _safe_name(value, what)
+    except ReportInputError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"safe_name": safe_name}
