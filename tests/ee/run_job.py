@@ -54,7 +54,7 @@ def host_vars(work: Path) -> dict[str, Any]:
     host = dict(hosts["all"]["children"]["ssh_fleet"]["hosts"][HOST])
     host.pop("ansible_ssh_private_key_file")
     # The private data directory is /runner inside the container.
-    host["ansible_ssh_common_args"] = "-o UserKnownHostsFile=/runner/inventory/known_hosts"
+    host["ansible_ssh_common_args"] = "-o UserKnownHostsFile=/runner/known_hosts"
     return {**variables, **host}
 
 
@@ -66,7 +66,8 @@ def private_data_dir(work: Path, ident: str, playbook: str, image: str) -> Path:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(pdd / "project")], check=True)
     inventory = {"all": {"children": {"ssh_fleet": {"hosts": {HOST: host_vars(work)}}}}}
     (pdd / "inventory" / "hosts.json").write_text(json.dumps(inventory, indent=2))
-    shutil.copy(work / "home" / ".ssh" / "known_hosts", pdd / "inventory" / "known_hosts")
+    # Beside, not inside, inventory/: every file there is read as an inventory source.
+    shutil.copy(work / "home" / ".ssh" / "known_hosts", pdd / "known_hosts")
     (pdd / "env" / "ssh_key").write_text((work / "id_fleet").read_text())
     (pdd / "env" / "passwords").write_text(json.dumps({r"^BECOME password:\s*?$": become_password(work)}))
     (pdd / "env" / "cmdline").write_text(f"--ask-become-pass --limit {HOST}")
