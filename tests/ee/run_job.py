@@ -7,8 +7,10 @@ WORK is molecule/ssh's operator directory (prepare.yml writes it: the key pair, 
 vault-encrypted become password and the host's variables). For each job this lays out an ansible-runner private
 data directory as AWX does: ``project/`` (a clone of this repository, as a project sync makes it), ``inventory/``,
 ``env/ssh_key`` (the Machine credential's key, loaded into an ssh-agent inside the container), ``env/passwords``
-(the become password, answered at ansible-playbook's prompt) and ``env/cmdline``; then runs
-``ansible-runner run --process-isolation --container-image IMAGE``. Two jobs: the preflight, then a short A/B.
+(the become password, answered at ansible-playbook's prompt) and ``env/cmdline``; then runs it as AWX's receptor
+does: ``ansible-runner transmit`` streams the directory into ``podman run -i IMAGE ansible-runner worker`` (the
+job runs inside the execution environment, as the image's own user) and ``ansible-runner process`` writes the
+artifacts back on the controller. Two jobs: the preflight, then a short A/B.
 Each must succeed, and its artifacts (``artifacts/<ident>/``: status, rc, stdout, job events with the
 playbook's custom stats) must hold the verdicts and where the full results live. Prints one line per job.
 """
@@ -24,8 +26,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "fleet-ssh"
-# The user the image runs jobs as (ansible-builder's default); it must be able to write the artifacts.
-EE_UID = 1000
 
 
 def fail(msg: str) -> None:
@@ -58,7 +58,7 @@ def host_vars(work: Path) -> dict[str, Any]:
     return {**variables, **host}
 
 
-def private_data_dir(work: Path, ident: str, playbook: str, image: str) -> Path:
+def private_data_dir(work: Path, ident: str) -> Path:
     pdd = work / f"awx-{ident}"
     shutil.rmtree(pdd, ignore_errors=True)
     (pdd / "env").mkdir(parents=True)
@@ -71,26 +71,27 @@ def private_data_dir(work: Path, ident: str, playbook: str, image: str) -> Path:
     (pdd / "env" / "ssh_key").write_text((work / "id_fleet").read_text())
     (pdd / "env" / "passwords").write_text(json.dumps({r"^BECOME password:\s*?$": become_password(work)}))
     (pdd / "env" / "cmdline").write_text(f"--ask-become-pass --limit {HOST}")
-    (pdd / "env" / "settings").write_text(json.dumps({
-        "process_isolation": True,
-        "process_isolation_executable": "podman",
-        "container_image": image,
-        # The test host's sshd is published on the controller's loopback only.
-        "container_options": ["--network=host"],
-        "job_timeout": 900,
-    }))
-    for path in [pdd, *pdd.rglob("*")]:
-        os.chown(path, EE_UID, 0, follow_symlinks=False)
+    (pdd / "env" / "settings").write_text(json.dumps({"job_timeout": 900}))
     return pdd
 
 
 def run(work: Path, ident: str, playbook: str, image: str) -> dict[str, Any]:
-    pdd = private_data_dir(work, ident, playbook, image)
+    pdd = private_data_dir(work, ident)
     runner = shutil.which("ansible-runner", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     if not runner:
         fail("ansible-runner is not installed (it is in requirements-test.txt)")
-    proc = subprocess.run([runner, "run", str(pdd), "--ident", ident, "-p", playbook],
+    transmit = subprocess.Popen([runner, "transmit", str(pdd), "--ident", ident, "-p", playbook],
+                                stdout=subprocess.PIPE)
+    # The test host's sshd is published on the controller's loopback only: the job shares its network.
+    worker = subprocess.Popen(["podman", "run", "--rm", "-i", "--network=host", image,
+                               "ansible-runner", "worker", "--private-data-dir=/runner"],
+                              stdin=transmit.stdout, stdout=subprocess.PIPE)
+    assert transmit.stdout and worker.stdout
+    transmit.stdout.close()
+    proc = subprocess.run([runner, "process", str(pdd), "--ident", ident], stdin=worker.stdout,
                           capture_output=True, text=True, timeout=1200)
+    worker.wait(timeout=60)
+    transmit.wait(timeout=60)
     artifacts = pdd / "artifacts" / ident
     status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else "missing"
     if proc.returncode != 0 or status != "successful":
