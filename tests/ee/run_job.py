@@ -80,16 +80,19 @@ def run(work: Path, ident: str, playbook: str, image: str) -> dict[str, Any]:
     runner = shutil.which("ansible-runner", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     if not runner:
         fail("ansible-runner is not installed (it is in requirements-test.txt)")
+    # Nothing of the calling harness (Molecule's ANSIBLE_* settings) may reach the job: AWX gives it none.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "LANG": "C.UTF-8",
+           "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", "")}
     transmit = subprocess.Popen([runner, "transmit", str(pdd), "--ident", ident, "-p", playbook],
-                                stdout=subprocess.PIPE)
+                                stdout=subprocess.PIPE, env=env)
     # The test host's sshd is published on the controller's loopback only: the job shares its network.
     worker = subprocess.Popen(["podman", "run", "--rm", "-i", "--network=host", image,
                                "ansible-runner", "worker", "--private-data-dir=/runner"],
-                              stdin=transmit.stdout, stdout=subprocess.PIPE)
+                              stdin=transmit.stdout, stdout=subprocess.PIPE, env=env)
     assert transmit.stdout and worker.stdout
     transmit.stdout.close()
     proc = subprocess.run([runner, "process", str(pdd), "--ident", ident], stdin=worker.stdout,
-                          capture_output=True, text=True, timeout=1200)
+                          capture_output=True, text=True, timeout=1200, env=env)
     worker.wait(timeout=60)
     transmit.wait(timeout=60)
     artifacts = pdd / "artifacts" / ident
