@@ -31,9 +31,7 @@ options:
     type: int
     default: 30
   url_headers:
-    description:
-      - Extra HTTP request headers, for example an C(Authorization) header carrying a token.
-      - Their values never appear in the task's result, its log or AWX job events.
+    description: Extra HTTP request headers, for example an C(Authorization) header.
     type: dict
     default: {}
 """

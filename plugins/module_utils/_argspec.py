@@ -10,8 +10,7 @@ GGUF_READ_ARGS: dict[str, dict[str, Any]] = dict(
     allow_full_read=dict(type="bool", default=False),
     validate_certs=dict(type="bool", default=True),
     timeout=dict(type="int", default=30),
-    # Private model URLs carry a token here (an Authorization header): never in a job's log or events.
-    url_headers=dict(type="dict", default={}, no_log=True),
+    url_headers=dict(type="dict", default={}),
 )
 
 
