@@ -10,7 +10,7 @@ export LLMFLEET_CACHE := $(CACHE)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule ee
+.PHONY: all venv collection llama-server models demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
 
 all: test
 
@@ -132,6 +132,7 @@ molecule-build: venv collection llama-server models
 
 # The execution environment (meta/execution-environment.yml) built with ansible-builder and podman from the test
 # bed's Debian image, cached by a hash of its inputs; molecule/ssh runs AWX-style jobs inside it.
+.PHONY: ee
 ee: venv
 	@$(container_tools)
 	@start=$$SECONDS; image=$$(tests/ee/build_ee.sh | tail -1) || exit 1; \
