@@ -98,10 +98,14 @@ endef
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
+	case " $(MOLECULE_SCENARIOS) " in *" ssh "*) \
+	  SPECDEC_SSH_IMAGE=$$(molecule/ssh/build_image.sh | tail -1) || exit 1; \
+	  SPECDEC_EE_IMAGE=$$(tests/ee/build_ee.sh | tail -1) || exit 1; \
+	  export SPECDEC_SSH_IMAGE SPECDEC_EE_IMAGE;; esac; \
 	passed=0; failed=0; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  start=$$SECONDS; \
@@ -138,6 +142,14 @@ molecule-build: venv collection llama-server models
 	left=$$(podman ps -aq --filter name='^specdec-build$$'); \
 	if [ -n "$$left" ]; then echo "molecule left containers behind, removing: $$left"; podman rm -f $$left >/dev/null; rc=1; fi; \
 	exit $$rc
+
+# The execution environment (meta/execution-environment.yml) built with ansible-builder and podman from the test
+# bed's Debian image, cached by a hash of its inputs; molecule/ssh runs AWX-style jobs inside it.
+.PHONY: ee
+ee: venv
+	@$(container_tools)
+	@start=$$SECONDS; image=$$(tests/ee/build_ee.sh | tail -1) || exit 1; \
+	echo "execution environment: $$image ($$((SECONDS - start)) s)"
 
 benchmark: venv collection
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/gguf_header.py
