@@ -14,12 +14,13 @@ import re
 from typing import Any, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
 
 SCHEMA = "llmfleet.specdec/ab-report/1"
 HISTORY_SCHEMA = "llmfleet.specdec/ab-history/1"
 # \Z, not $: "$" also matches before a trailing newline, which would let "host\n" through.
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}\Z")
 
 
 def safe_name(value: Any, what: str) -> str:
@@ -27,12 +28,12 @@ def safe_name(value: Any, what: str) -> str:
 
     The one check for every path built from a host name or run id (the report, spec_ab's run folder and
     partial results, promote.yml, report_partial.yml through the ``safe_name`` filter), applied before
-    anything is written."""
-    text = str(value) if value is not None else ""
-    if not _SAFE_NAME.match(text) or ".." in text:
-        raise ReportInputError(f"{what}: {text!r} cannot name a results folder; use letters, digits and . _ @ + - "
-                               f"(no '/' and no '..'), at most 128 characters")
-    return text
+    anything is written. The rule itself is :func:`_host_state.safe_path_component`, the one the host's own
+    state directory uses, so a name is good on both sides or on neither."""
+    try:
+        return safe_path_component(value, what)
+    except SpecdecError as exc:
+        raise ReportInputError(str(exc)) from None
 
 
 def run_id_for(run: Mapping[str, Any]) -> str:

@@ -1,0 +1,65 @@
+# Controller-side filters for the host's own A/B state: the lock's owner record, safe path names, history lines.
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _report
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+
+
+def ab_lock_owner(run_id: Any) -> dict[str, Any]:
+    """The lock's owner record: the run id, this controller's host name and its ansible-playbook process id.
+
+    Templating runs in a worker forked from the ansible-playbook process, so the parent pid is the run's.
+    """
+    return {"run_id": ab_state_name(run_id, "run id"), "controller": socket.gethostname(), "pid": os.getppid()}
+
+
+def ab_state_name(value: Any, what: str = "name") -> str:
+    """``value`` checked as one path component under the host's state directory or the controller's results."""
+    try:
+        return _host_state.safe_path_component(value, what)
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def ab_history_add(existing: Any, document: Any) -> str:
+    """The host's history.jsonl text with the line of the judged run ``document`` (report.json) added or replaced."""
+    if not isinstance(document, dict) or "run_id" not in document:
+        raise AnsibleFilterError("ab_history_add: expected a report.json document with a run_id")
+    try:
+        line = _report.history_line(document)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"ab_history_add: run {document['run_id']!r} is not a judged report ({exc!r} "
+                                 "missing); give it report.json as spec_report wrote it") from None
+    try:
+        return _host_state.merge_history(str(existing or ""), line)
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def ab_history_last(text: Any, what: str = "history.jsonl") -> str:
+    """The run id of the last readable line of a history.jsonl text; a clear error when there is none."""
+    run_id = None
+    for line in str(text or "").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("run_id"):
+            run_id = record["run_id"]
+    if run_id is None:
+        raise AnsibleFilterError(f"{what} holds no judged run; run the A/B first or name one with "
+                                 "-e specdec_promote_run=<run id>")
+    return ab_state_name(run_id, f"the last run id in {what}")
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"ab_lock_owner": ab_lock_owner, "ab_state_name": ab_state_name, "ab_history_add": ab_history_add,
+                "ab_history_last": ab_history_last}

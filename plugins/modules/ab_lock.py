@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# Take, refresh or release the per-unit A/B lock on a host, so two runs never interleave candidates on one unit.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ab_lock
+short_description: The per-unit lock that keeps two A/B runs off one serving unit
+version_added: 0.2.0
+description:
+  - An A/B run changes a live unit config after config. Two runs on the same unit (an operator's shell and a
+    scheduled job) would interleave candidates and measure each other's. The role C(llmfleet.specdec.spec_ab)
+    takes this lock before it changes anything and releases it after production is restored.
+  - The lock is a JSON record at C(<state_dir>/locks/<unit>.json) naming its holder - the run id, the
+    controller's host name, the controller's C(ansible-playbook) process id, the start time - and an expiry.
+    It is created whole (a complete temporary file linked into place, which fails if a lock exists), and every
+    decision about it is taken under an exclusive C(flock) of C(<state_dir>/locks/<unit>.guard), so two runs
+    that find the same dead lock cannot both take it over.
+  - O(state=present) takes the lock, or refreshes the expiry of a lock the same run id already holds (the role
+    refreshes it before every config). A lock held by another live run makes the module wait up to O(wait)
+    seconds, then fail with a message naming the holder and its start time.
+  - A lock left by a dead run is taken over, and the old record is returned in RV(taken_over) with the reason,
+    when its expiry has passed and the unit's dead-man timer (C(specdec-rollback-<unit>.timer)) is no longer
+    armed - the dead run's candidate was rolled back - or at once when its controller was this very machine
+    and that process is gone.
+  - O(state=absent) removes the lock if O(owner.run_id) holds it; the lock of another run is left in place
+    (reported in RV(holder)), unless O(force=true).
+  - The state directory is created root-owned with O(state_mode) if it does not exist; C(locks/) is 0700.
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Says whether the lock is free, held by this run, stale or held by another run; writes nothing and does not wait.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details: Releasing twice changes nothing; taking it again as the same run refreshes the expiry, which is a change.
+options:
+  unit:
+    description: The serving unit the lock guards, with or without C(.service).
+    type: str
+    required: true
+  state:
+    description: V(present) takes or refreshes the lock, V(absent) releases it.
+    type: str
+    choices: [present, absent]
+    default: present
+  owner:
+    description:
+      - Who takes or holds the lock. C(run_id) is required (letters, digits and C(. _ @ + -)).
+      - C(controller) (the controller's host name) and C(pid) (its C(ansible-playbook) process) are recorded for
+        the message another run gets; the filter C(llmfleet.specdec.ab_lock_owner) fills both in.
+    type: dict
+    required: true
+  expires_after:
+    description:
+      - Seconds from now after which the lock counts as left by a dead run, once the unit's dead-man timer has
+        fired too. Make it the dead-man rollback time plus the health timeout, and refresh the lock before each
+        change, so a live run never loses it.
+      - Required with O(state=present).
+    type: int
+  wait:
+    description: Seconds to wait for a lock held by another live run before failing.
+    type: int
+    default: 0
+  poll:
+    description: Seconds between two looks at a held lock while waiting.
+    type: int
+    default: 2
+  force:
+    description: With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
+    type: bool
+    default: false
+  state_dir:
+    description: The host's state directory.
+    type: path
+    default: /var/lib/llmfleet-specdec
+  state_mode:
+    description: The mode the state directory is created with when it does not exist.
+    type: raw
+    default: "0750"
+seealso:
+  - module: llmfleet.specdec.unit_override
+author:
+  - llmfleet.specdec maintainers
+"""
+
+EXAMPLES = r"""
+- name: Take the unit's A/B lock, waiting up to 10 minutes for another run
+  llmfleet.specdec.ab_lock:
+    unit: llama-server
+    owner: "{{ ('run-' ~ now(utc=true, fmt='%Y%m%dT%H%M%SZ')) | llmfleet.specdec.ab_lock_owner }}"
+    expires_after: 1020
+    wait: 600
+  become: true
+
+- name: Release it
+  llmfleet.specdec.ab_lock:
+    unit: llama-server
+    state: absent
+    owner:
+      run_id: run-20260101T000000Z
+  become: true
+"""
+
+RETURN = r"""
+path:
+  description: The lock file.
+  returned: always
+  type: str
+  sample: /var/lib/llmfleet-specdec/locks/llama-server.json
+lock:
+  description: The record this run now holds (or would hold in check mode); null when not taken.
+  returned: always
+  type: dict
+  sample:
+    run_id: "20261130T131500Z"
+    controller: ctl-1
+    pid: 4242
+    started: "2026-11-30T13:15:00Z"
+    expires: "2026-11-30T13:32:00Z"
+    unit: llama-server.service
+taken_over:
+  description: The record of a dead run's lock that was replaced, with C(why) it counted as dead.
+  returned: when a lock was taken over
+  type: dict
+holder:
+  description: The record of another run's lock (check mode, or O(state=absent) of a lock this run lost).
+  returned: when another run holds the lock
+  type: dict
+waited:
+  description: Seconds spent waiting for another run's lock.
+  returned: with O(state=present)
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str", required=True),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    owner=dict(type="dict", required=True),
+    expires_after=dict(type="int"),
+    wait=dict(type="int", default=0),
+    poll=dict(type="int", default=2),
+    force=dict(type="bool", default=False),
+    state_dir=dict(type="path", default=_host_state.DEFAULT_STATE_DIR),
+    state_mode=dict(type="raw", default="0750"),
+)
+
+
+def _mode(value: object) -> int:
+    try:
+        return int(str(value), 8)
+    except ValueError:
+        raise SpecdecError(f"state_mode {value!r} is not an octal mode; give one like '0750' or '0700'") from None
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_if=[("state", "present", ("expires_after",))])
+    params = dict(module.params)
+    try:
+        params["state_mode"] = _mode(params["state_mode"])
+        if params["state"] == "present":
+            result = _host_state.acquire(params, run=lambda argv: module.run_command(list(argv)),
+                                         check_mode=module.check_mode)
+        else:
+            result = _host_state.release(params, check_mode=module.check_mode)
+    except _host_state.LockHeldError as exc:
+        module.fail_json(msg=str(exc), holder=exc.holder)
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"the lock under {params['state_dir']} could not be written: {exc}; the state "
+                             "directory must be on a local file system writable by the become user (root)")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The host keeps its own results: report_partial.yml and promote.yml work from the host's state directory alone,
+with an empty controller results/ (a new job container), through ansible-playbook on the local demo host.
+
+The state directory is put under tmp_path with specdec_state_dir; the run is the recorded real llama-server run
+in tests/unit/fixtures/ab. Real systemd (the promote's restart, the A/B itself) is in molecule/ab and
+molecule/abfaults.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RUN_ID = "20261130T120000Z"
+
+
+def playbook(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    return subprocess.run([str(BIN / "ansible-playbook"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def host_state(tmp_path: Path) -> Path:
+    """A host state directory holding only the partial results of a run whose controller died."""
+    run = json.loads((ROOT / "tests/unit/fixtures/ab/llamacpp_run.json").read_text())
+    run.update(run_id=RUN_ID, schema="llmfleet.specdec/ab-partial/1", slots_planned=12,
+               started="2026-11-30T12:00:00+00:00")
+    run_dir = tmp_path / "state" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    (run_dir / "partial.json").write_text(json.dumps(run))
+    return tmp_path / "state"
+
+
+def test_report_partial_reports_from_the_hosts_partial_results_when_the_controller_has_none(
+        host_state: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"  # a new job's controller: nothing at all
+    proc = playbook("playbooks/report_partial.yml", "-l", "specdec-demo", "-e", f"specdec_state_dir={host_state}",
+                    "-e", f"specdec_results_dir={results}", "-e", "specdec_report_plots=false")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    local = results / "specdec-demo" / RUN_ID
+    report = json.loads((local / "report.json").read_text())
+    assert report["run_id"] == RUN_ID and "the controller stopped after 8 of 12 planned" in report["run_error"]
+    assert (local / "partial.json").read_bytes() == (host_state / "runs" / RUN_ID / "partial.json").read_bytes()
+    # the report and its history line went back to the host
+    assert json.loads((host_state / "runs" / RUN_ID / "report.json").read_text()) == report
+    history = [json.loads(line) for line in (host_state / "history.jsonl").read_text().splitlines()]
+    assert [h["run_id"] for h in history] == [RUN_ID]
+    # run again: the report is there now, so there is nothing left to report, and the message says where it looked
+    again = playbook("playbooks/report_partial.yml", "-l", "specdec-demo", "-e", f"specdec_state_dir={host_state}",
+                     "-e", f"specdec_results_dir={tmp_path / 'results2'}", "-e", "specdec_report_plots=false")
+    assert again.returncode != 0 and f"{host_state}/runs on the host" in again.stdout
+
+
+def test_promote_finds_the_run_in_the_hosts_history_and_fetches_its_report(host_state: Path, tmp_path: Path) -> None:
+    first = playbook("playbooks/report_partial.yml", "-l", "specdec-demo", "-e", f"specdec_state_dir={host_state}",
+                     "-e", f"specdec_results_dir={tmp_path / 'ab-job'}", "-e", "specdec_report_plots=false")
+    assert first.returncode == 0, first.stdout[-2000:]
+    env_file = tmp_path / "prod.env"
+    env_file.write_text("LLAMA_ARG_PORT=8080\n")
+    results = tmp_path / "promote-job"  # the promote job's controller: empty
+    proc = playbook("playbooks/promote.yml", "-l", "specdec-demo", "--check", "--diff", "-e",
+                    f"specdec_state_dir={host_state}", "-e", f"specdec_results_dir={results}", "-e",
+                    f"specdec_env_file={env_file}", "-e", "specdec_promote_config=draft-n3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    fetched = results / "specdec-demo" / RUN_ID / "report.json"
+    assert json.loads(fetched.read_text())["run_id"] == RUN_ID
+    assert "# promoted: draft-n3" in proc.stdout and f"# run {RUN_ID} on specdec-demo" in proc.stdout
+    assert env_file.read_text() == "LLAMA_ARG_PORT=8080\n"  # check mode
+    assert not (host_state / "promoted").exists()
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "a/b"])
+def test_promote_refuses_a_run_id_that_would_leave_the_results(host_state: Path, tmp_path: Path, bad: str) -> None:
+    proc = playbook("playbooks/promote.yml", "-l", "specdec-demo", "--check", "-e", f"specdec_state_dir={host_state}",
+                    "-e", f"specdec_results_dir={tmp_path / 'r'}", "-e", f"specdec_env_file={tmp_path / 'e.env'}",
+                    "-e", "specdec_promote_config=draft-n3", "-e", f"specdec_promote_run={bad}")
+    assert proc.returncode != 0
+    assert "specdec_promote_run" in proc.stdout and "cannot name a results folder" in proc.stdout
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("pb", ["spec-ab.yml", "playbooks/promote.yml", "playbooks/rollback.yml", "playbooks/build.yml",
+                                "playbooks/deploy.yml"])
+def test_playbooks_that_change_hosts_refuse_the_whole_inventory(pb: str) -> None:
+    proc = playbook(pb)
+    assert proc.returncode != 0
+    assert "no hosts were named" in proc.stdout and "-l <host or group>" in proc.stdout
+    assert "frank-dragoon, frank-zealot" in proc.stdout  # the message names the hosts it would have run on
+    if "build" not in pb and "deploy" not in pb:  # those default to the group fleet, without the demo host
+        assert "specdec-demo" in proc.stdout  # the local demo host is not run on silently either

@@ -1,0 +1,31 @@
+"""Long work shows progress: llamacpp_build's compile and vllm_serve's pip install run in the background and the
+roles print where they are until the job ends (real background jobs through ansible-playbook on this machine)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def test_background_build_and_install_print_progress_until_they_end(tmp_path: Path) -> None:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", FOLLOW_WORK=str(tmp_path),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(ROOT / "tests/unit/progress/follow.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    build = re.findall(r'"msg": "fake-build on localhost, \d+ s: (building|ended); ([^"]*)"', proc.stdout)
+    install = re.findall(r'"msg": "vLLM test on localhost, \d+ s: (installing|ended); (\d+|\?) MB in the venv,\s+(\d+) packages"',
+                         proc.stdout)
+    # progress while the work runs, then exactly one line saying it ended, with the log's last line
+    assert len(build) >= 2 and [s for s, _ in build].count("ended") == 1 and build[-1][0] == "ended", build
+    assert build[0][0] == "building" and build[-1][1] == "[ 100%] step 4", build
+    assert "BUILD-END rc=3 finished=" in proc.stdout  # a failed build ends the follow with its rc
+    assert len(install) >= 2 and install[0][0] == "installing" and install[-1][0] == "ended", install
+    assert install[-1][2] == "4", install
+    assert "INSTALL-END finished=1" in proc.stdout or "INSTALL-END finished=True" in proc.stdout
