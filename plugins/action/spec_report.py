@@ -1,7 +1,6 @@
 # Controller side of the A/B protocol: judge a run and write report.json, report.md, PNG plots and the host's history.
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -15,6 +14,7 @@ from ansible.release import __version__ as ansible_version
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _report, _stats
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -64,23 +64,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _history_bytes(path: Path, document: dict[str, Any]) -> bytes:
-    """history.jsonl with this run's line appended, or replacing the line of an earlier report of the same run."""
-    line = _report.history_line(document)
-    old = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    out, replaced = [], False
-    for text in old:
-        try:
-            same = json.loads(text).get("run_id") == document["run_id"]
-        except (ValueError, AttributeError):
-            same = False  # keep a line we cannot read as it is
-        if same and not replaced:
-            out.append(line)
-            replaced = True
-        elif not same:
-            out.append(text)
-    if not replaced:
-        out.append(line)
-    return ("\n".join(out) + "\n").encode("utf-8")
+    """history.jsonl with this run's line appended, or replacing the line of an earlier report of the same run
+    (the same merge the host's own history gets)."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    return merge_history(old, _report.history_line(document)).encode("utf-8")
 
 
 class ActionModule(ActionBase):
