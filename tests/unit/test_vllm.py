@@ -123,7 +123,7 @@ def test_method_is_inferred_from_model() -> None:
     ({"method": "ngram"}, "num-speculative-tokens-missing"),
     ({"method": "mtp"}, "num-speculative-tokens-missing"),
     ({"method": "ngram", "num_speculative_tokens": 0}, "num-speculative-tokens-range"),
-    ({"method": "ngram", "num_speculative_tokens": "4"}, "num-speculative-tokens-type"),
+    ({"method": "ngram", "num_speculative_tokens": "four"}, "num-speculative-tokens-type"),
     ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 3}, "ngram-window"),
     ({"method": "ngram", "num_speculative_tokens": 4, "tensor_parallel_size": 2}, "tensor-parallel-size-key"),
     ({"method": "eagle3", "model": "m", "num_speculative_tokens": 3, "enable_adaptive_verification": True},
