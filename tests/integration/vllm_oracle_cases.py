@@ -120,7 +120,7 @@ CASES: list[dict] = [
                                             "--spec-tokens", "2"],
      "vllm": "accepts", "lint": SPEC_ON},
     {"name": "legacy-conflict", "argv": ["--spec-tokens", "4", *spec(method="ngram", num_speculative_tokens=3)],
-     "vllm": "refuses", "says": "Conflicting", "lint": "refuses"},
+     "vllm": "refuses", "says": "are mutually exclusive", "lint": "refuses"},
     {"name": "legacy-draft-path-missing", "argv": ["--spec-method", "draft_model", "--spec-model", "/nonexistent/d",
                                                    "--spec-tokens", "2"],
      "vllm": "refuses", "lint": "refuses"},
