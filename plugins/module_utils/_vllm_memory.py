@@ -101,8 +101,10 @@ def read_model_dir(path: str, what: str = "target") -> dict[str, Any]:
         with open(cfg_path, encoding="utf-8") as fh:
             config = json.load(fh)
     except OSError as exc:
-        raise VllmMemoryError(f"{what}: cannot read {cfg_path} ({exc.strerror}); give a local checkpoint folder or "
-                              "the config.json contents as a mapping") from None
+        hint = (f" ({path!r} looks like a repository id, which is not read over the network: download the "
+                "checkpoint, or pass its config.json as target)") if not path.startswith(("/", ".", "~")) else ""
+        raise VllmMemoryError(f"{what}: cannot read {cfg_path} ({exc.strerror}){hint}; give a local checkpoint "
+                              "folder or the config.json contents as a mapping") from None
     except ValueError as exc:
         raise VllmMemoryError(f"{what}: {cfg_path} is not JSON ({exc}); give the checkpoint's real config.json") from None
     weights = 0
@@ -147,7 +149,12 @@ def budget_bytes(platform: str, kv_cache_memory_bytes: int | None = None, cpu_kv
                  gpu_memory_utilization: float = 0.9, total_memory_bytes: int | None = None,
                  non_kv_bytes: int | None = None) -> tuple[int | None, str]:
     """The bytes vLLM hands its KV cache, and where the number came from (None: not knowable from the inputs)."""
-    if platform == "cpu" and cpu_kvcache_space not in (None, ""):
+    if platform == "cpu" and cpu_kvcache_space is not None and str(cpu_kvcache_space).strip() == "":
+        # CpuPlatform reads "" as unset, but the worker's env cache then calls int("") and vLLM 0.32.0 dies
+        # ("invalid literal for int() with base 10: ''"), seen on a real start
+        raise VllmMemoryError("VLLM_CPU_KVCACHE_SPACE is set but empty: vLLM 0.32.0's worker dies on it "
+                              "(int('')); remove it from the unit's environment or give whole GiB such as 4")
+    if platform == "cpu" and cpu_kvcache_space is not None:
         try:
             gib = int(str(cpu_kvcache_space))
         except ValueError:

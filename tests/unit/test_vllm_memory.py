@@ -72,7 +72,7 @@ def test_num_gpu_blocks_override() -> None:
 def test_budget_sources() -> None:
     # on CPU the env wins over --kv-cache-memory-bytes (CpuPlatform's legacy setting)
     assert vm.budget_bytes("cpu", 5, "2")[0] == 2 * GIB
-    assert vm.budget_bytes("cpu", 5, "")[0] == 5
+    assert vm.budget_bytes("cpu", 5, None)[0] == 5
     assert vm.budget_bytes("cpu")[0] is None
     assert vm.budget_bytes("gpu", None, None, 0.5, 80 * GIB, 10 * GIB)[0] == 30 * GIB
     assert vm.budget_bytes("gpu", None, None, 0.9, 80 * GIB)[0] is None
@@ -80,6 +80,7 @@ def test_budget_sources() -> None:
 
 @pytest.mark.parametrize("call, needle", [
     (lambda: vm.budget_bytes("cpu", None, "1.5"), "VLLM_CPU_KVCACHE_SPACE='1.5'"),
+    (lambda: vm.budget_bytes("cpu", 5, ""), "set but empty"),
     (lambda: vm.budget_bytes("gpu", None, None, 1.5, GIB), "gpu_memory_utilization=1.5"),
     (lambda: vm.plan({**TARGET, "sliding_window": 4096}, max_model_len=64), "sliding_window=4096"),
     (lambda: vm.plan({**TARGET, "kv_lora_rank": 512}, max_model_len=64), "kv_lora_rank"),
@@ -151,7 +152,7 @@ def test_kv_budget_module_backend_vllm(tmp_path: Path, capsys: pytest.CaptureFix
     assert out["kv_budget"]["vllm"]["kv_cache_tokens"] == 2048000
     # the preflight's "fits?" reads kv_budget.fits: a budget too small is a NO, not a "?"
     env["VLLM_SERVE_ARGS"] = "--max-model-len 4096 --dtype float32 --kv-cache-memory-bytes 1000000"
-    env["VLLM_CPU_KVCACHE_SPACE"] = ""
+    del env["VLLM_CPU_KVCACHE_SPACE"]
     out = _run_kv_budget({"backend": "vllm", "env": env}, capsys)
     assert out["kv_budget"]["fits"] is False and out["kv_budget"]["problems"]
     # bad input: the module fails with the fix named
