@@ -29,6 +29,8 @@ SOURCE = "vllm/config/speculative.py (vLLM 0.32.0)"
 # Model families vLLM's SpeculativeConfig.hf_config_override never turns into an MTP draft.
 PLAIN_FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gemma2", "phi3", "gpt2", "opt", "falcon", "granite")
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+# real tokenizer.json files run to tens of MB; past this the file is not read and the tokenizer rule is skipped
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 
 
 def finding(code: str, reason: str, fix: str) -> dict[str, str]:
@@ -67,6 +69,9 @@ def tokenizer_fingerprint(path: str) -> str | None:
     """sha256 of the vocabulary and merges in tokenizer.json (what decides which string an id is)."""
     tok_path = os.path.join(path, "tokenizer.json")
     try:
+        if os.path.getsize(tok_path) > MAX_TOKENIZER_BYTES:
+            return None
+
         with open(tok_path, encoding="utf-8") as fh:
             tok = json.load(fh)
     except (OSError, ValueError):

@@ -339,7 +339,11 @@ def plan_from_serve(params: Mapping[str, Any], load_dir=read_model_dir) -> dict[
                               "context, is not predicted here)")
     tp = _int_flag(values, ("--tensor-parallel-size", "-tp"), "--tensor-parallel-size") or 1
     kv_mem = _int_flag(values, ("--kv-cache-memory-bytes",), "--kv-cache-memory-bytes")
-    util = float(values.get("--gpu-memory-utilization") or 0.9)
+    try:
+        util = float(values.get("--gpu-memory-utilization") or 0.9)
+    except ValueError:
+        raise VllmMemoryError(f"--gpu-memory-utilization {values['--gpu-memory-utilization']!r} is not a number; give "
+                              "a fraction such as 0.9") from None
     total = None
     devices = params.get("devices") or []
     if platform == "gpu" and devices:

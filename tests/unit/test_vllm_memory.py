@@ -93,6 +93,9 @@ def test_budget_sources() -> None:
                                                                                     "weights_bytes": 1}),
      "--max-model-len is not set"),
     (lambda: vm.plan_from_serve({"flags": []}), "VLLM_SERVE_MODEL"),
+    (lambda: vm.plan_from_serve({"flags": ["--max-model-len", "64", "--gpu-memory-utilization", "most"],
+                                 "target": TARGET, "platform": "gpu"}), "--gpu-memory-utilization 'most'"),
+    (lambda: vm.plan_from_serve({"flags": ["--max-model-len", "sixty"], "target": TARGET}), "--max-model-len"),
 ])
 def test_bad_input_names_the_fix(call, needle: str) -> None:
     with pytest.raises(vm.VllmMemoryError, match=None) as exc:
