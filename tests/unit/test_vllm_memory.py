@@ -161,3 +161,20 @@ def test_kv_budget_module_backend_vllm(tmp_path: Path, capsys: pytest.CaptureFix
     # bad input: the module fails with the fix named
     out = _run_kv_budget({"backend": "vllm", "env": {"VLLM_SERVE_MODEL": str(tmp_path / "t")}}, capsys)
     assert out["failed"] and "--max-model-len is not set" in out["msg"]
+
+
+def test_preflight_table_answers_fits_for_vllm() -> None:
+    """The preflight's 'fits?' column was '?' for every vLLM config; it now reads kv_budget's vLLM answer."""
+    from ansible_collections.llmfleet.specdec.plugins.filter.preflight import preflight_results, preflight_table
+
+    env = {"VLLM_SERVE_ARGS": "--max-model-len 1024", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    ok = vm.kv_budget_result({"env": env, "target": TARGET, "draft": DRAFT})
+    short = vm.kv_budget_result({"env": {"VLLM_SERVE_ARGS": "--max-model-len 1024 --kv-cache-memory-bytes 100000"},
+                                 "target": TARGET})
+    lint = {"ok": True, "effective_chain": ["draft_model"]}
+    rows = preflight_results([{"name": "draft"}, {"name": "tiny-budget"}], [lint, lint],
+                             [{"kv_budget": ok}, {"kv_budget": short}], [])
+    assert [r["fits"] for r in rows] == [True, False]
+    assert rows[0]["kv_bytes"] == 10922 * ok["vllm"]["bytes_per_block"]
+    table = preflight_table(rows)
+    assert table[1].split(" | ")[3].startswith("yes (") and table[2].split(" | ")[3].startswith("NO (")
