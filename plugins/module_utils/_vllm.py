@@ -426,6 +426,7 @@ def validate(config: Mapping[str, Any] | None, vllm_version: Any = None, attenti
     method = _method_rules(config, errors, warnings)
     if method is not None:
         n = _token_rules(config, method, errors, warnings)
+        method = _vllm_checkpoints.method_from_draft(config, method, warnings)
         _vllm_checkpoints.draft_rules(config, method, target_model, errors, warnings)
         _model_rules(config, method, errors)
         _cross_key_rules(config, method, n, errors, warnings)

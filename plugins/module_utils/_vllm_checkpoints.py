@@ -102,6 +102,39 @@ def has_mtp_hint(config: Mapping[str, Any]) -> bool:
     return family not in PLAIN_FAMILIES
 
 
+def method_from_draft(spec: Mapping[str, Any], method: str | None, warnings: list) -> str | None:
+    """The method vLLM ends up with once it has looked at the draft: with a draft ``model``, methods other than
+    eagle/eagle3/dflash/dspark are renamed by the draft's name ('eagle-', 'eagle3', 'dflash', 'dspark' anywhere in
+    the path or id, case-insensitive) or by its config (medusa, mlp_speculator, MTP model types), even when
+    ``method`` says draft_model ("Automatically detect the method", SpeculativeConfig.__post_init__)."""
+    model = spec.get("model")
+    if method in (None, "eagle", "eagle3", "dflash", "dspark", "ngram", "ngram_gpu", "suffix", "custom_class",
+                  "extract_hidden_states") or not isinstance(model, str) or model in ("ngram", "[ngram]"):
+        return method
+    name = model.lower()
+    detected = None
+    for needle, found in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
+        if needle in name:
+            detected = found
+            break
+    if detected is None and looks_local(model):
+        draft = read_checkpoint(model)
+        family = str(_text(draft["config"]).get("model_type") or "") if draft else ""
+        if family in ("medusa", "mlp_speculator"):
+            detected = family
+        elif family.endswith("_mtp"):
+            detected = "mtp"
+    if detected is not None and detected != method:
+        if spec.get("method") is None:
+            return detected   # the method-inferred warning already says vLLM narrows by name
+        warnings.append(finding(
+            "method-from-draft-name", f"method {method!r} with draft {model!r}: vLLM detects '{detected}' from the "
+            f"draft's name or config and runs that instead ({SOURCE}, SpeculativeConfig.__post_init__)",
+            f"rename the draft's folder if it is not a {detected} drafter, or set method '{detected}'"))
+        return detected
+    return method
+
+
 def draft_rules(spec: Mapping[str, Any], method: str | None, target_path: str | None,
                 errors: list, warnings: list) -> None:
     """Append the checkpoint findings for a speculative config whose method vLLM resolved to ``method``."""

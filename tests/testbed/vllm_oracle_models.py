@@ -14,6 +14,7 @@ writes, deterministically (fixed seeds, fixed training text):
   same ids mean other strings;
 - ``draft-other-vocab``: one layer, the target's tokenizer but ``vocab_size`` 640 (a larger embedding);
 - ``draft-fp32``: the draft stored as float32 (another dtype in its config);
+- ``my-eagle3-draft``: the draft again, in a folder whose name contains "eagle3";
 - ``target-4kv``: the target with 4 KV heads (for the memory arithmetic: another KV width).
 
 Nothing is downloaded. The weights are random: the oracle is about what vLLM accepts and how much KV
@@ -96,6 +97,9 @@ def write_all(root: Path) -> dict[str, Path]:
     paths["draft-other-tokenizer"] = root / "draft-other-tokenizer"
     _save(_model(1, 640, 2, 7, "bfloat16"), tok_a, root / "draft-other-vocab", "bfloat16")
     paths["draft-other-vocab"] = root / "draft-other-vocab"
+    # the plain draft again, in a folder whose name vLLM reads as an EAGLE-3 drafter
+    _save(draft, tok_a, root / "my-eagle3-draft", "bfloat16")
+    paths["my-eagle3-draft"] = root / "my-eagle3-draft"
     _save(draft.to(torch.float32), tok_a, root / "draft-fp32", "float32")
     paths["draft-fp32"] = root / "draft-fp32"
     _save(_model(2, 512, 4, 1234, "bfloat16"), tok_a, root / "target-4kv", "bfloat16")

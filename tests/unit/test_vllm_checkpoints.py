@@ -107,3 +107,16 @@ def test_conflict_quotes_vllms_message() -> None:
     r = _vllm.lint(["--spec-tokens", "4", "--speculative-config", json.dumps({"method": "ngram",
                                                                               "num_speculative_tokens": 3})])
     assert "are mutually exclusive" in r["errors"][0]["reason"]
+
+
+def test_vllm_renames_draft_model_by_the_drafts_name(tmp_path: Path) -> None:
+    """Real vLLM 0.32.0 ran method draft_model with a folder named my-eagle3-draft as eagle3 (the oracle)."""
+    target = checkpoint(tmp_path, "t", LLAMA)
+    named = checkpoint(tmp_path, "my-eagle3-draft", LLAMA)
+    r = lint(target, method="draft_model", model=named, num_speculative_tokens=3)
+    assert r["effective_chain"] == ["eagle3"] and codes(r, "warnings") == ["method-from-draft-name"]
+    medusa = checkpoint(tmp_path, "heads", {"model_type": "medusa", "vocab_size": 512})
+    assert lint(target, method="draft_model", model=medusa, num_speculative_tokens=3)["effective_chain"] == ["medusa"]
+    # explicit eagle3 stays eagle3 whatever the name
+    assert lint(target, method="eagle3", model=str(tmp_path / "t"), num_speculative_tokens=3)["effective_chain"] == [
+        "eagle3"]
