@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality, _stats, _traffic
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
@@ -161,6 +161,9 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     _section(out, "Status", _status_section(j))
     for shape in j["shapes"]:
         _section(out, f"Shape: {shape}", _shape_table(j, shape))
+    judging = _quality.markdown_lines(j)
+    if judging:
+        _section(out, "Lossless or lossy by design", judging)
     if j.get("load"):
         _section(out, "Under concurrent load", _load_tables(j))
     ngram = _traffic.ngram_rows(document.get("entries") or [], j["baseline"])
