@@ -174,7 +174,8 @@ def plan(configs: Sequence[Mapping[str, Any]], baseline: str,
                     and _without_speculation(options_of(config_env(o))) == mine
                     and {f: v for f, v in options_of(config_env(o)).items() if is_speculative(f)} == base_spec]
             if same:
-                p.update(judging=LOSSLESS, reference=same[0],
+                p.update(judging=LOSSLESS, reference=same[0], source=p["source"].replace(
+                             "inferred: changes ", "inferred: speculation layered on ", 1),
                          reference_note=f"same numerics without the speculation ({same[0]}): its speculation "
                                         f"must be lossless against that; quality against the baseline beside it")
             else:

@@ -138,7 +138,7 @@ def test_mixed_config_is_lossless_against_the_same_numerics_without_speculation(
     assert j["configs"]["q4"]["judging"]["judging"] == q.LOSSY
     md = rp.markdown(rp.build_document(mixed_run(altered), j))
     assert "## Lossless or lossy by design" in md
-    assert "- q4+draft: **lossless** (inferred: changes model file" in md and "reference: q4" in md
+    assert "- q4+draft: **lossless** (inferred: speculation layered on model file" in md and "reference: q4" in md
 
 
 def test_mixed_config_differing_from_its_reference_is_invalid():
