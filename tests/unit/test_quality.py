@@ -187,3 +187,74 @@ def test_promoting_a_lossless_winner_is_unchanged():
     doc = rp.build_document(run, st.judge(run))
     record = promotion_record(doc, "draft")
     assert "judging" not in record
+
+
+# ------------------------------------------------------------------------------------ preflight
+
+def test_preflight_says_how_a_config_is_judged_and_refuses_speculation_declared_lossy():
+    from ansible_collections.llmfleet.specdec.plugins.filter.preflight import preflight_results, preflight_table
+
+    prod = {"LLAMA_ARG_MODEL": "/m/target.gguf"}
+    configs = [{"name": "baseline"}, {"name": "kv", "env": KV}, {"name": "draft", "env": DRAFT},
+               {"name": "cheat", "env": DRAFT, "lossless": False}]
+    rendered = {c["name"]: {"env": {**prod, **(c.get("env") or {})}, "override": dict(c.get("env") or {})}
+                for c in configs}
+    lint = [{"ok": True, "effective_chain": ["draft-simple"] if c.get("env") == DRAFT else []} for c in configs]
+    budget = {"kv_budget": {"fits": True, "against_baseline": {"summary": "KV 0.53x (4.00 MiB -> 2.12 MiB); weights same"}}}
+    results = preflight_results(configs, lint, [budget] * 4, [], rendered, prod, "baseline")
+    by = {r["name"]: r for r in results}
+    assert by["baseline"]["judged_as"] == "baseline"
+    assert by["kv"]["judged_as"] == "lossy by design (KV cache type)"
+    assert by["kv"]["memory"].startswith("KV 0.53x")
+    assert by["draft"]["judged_as"] == "lossless"
+    assert by["cheat"]["legal"] is False and "remove lossless: false" in by["cheat"]["error"]
+    assert preflight_table(results)[0].endswith("| judged as | memory vs baseline")
+
+
+def test_memory_change_ratios():
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
+
+    def budget(kv, weights, draft=None):
+        out = {"target": {"total_bytes": kv, "weights_by_device": {"CPU": weights}, "cache_type_k": "f16",
+                          "cache_type_v": "f16"}, "draft": None}
+        if draft:
+            out["draft"] = {"total_bytes": draft[0], "weights_by_device": {"CPU": draft[1]}}
+        return out
+
+    m = memory_change(budget(50, 100), budget(100, 100))
+    assert (m["kv_ratio"], m["weights_ratio"]) == (0.5, 1.0) and m["summary"].endswith("weights same")
+    m = memory_change(budget(100, 100, draft=(50, 50)), budget(100, 100))
+    assert (m["kv_ratio"], m["weights_ratio"]) == (1.5, 1.5)
+    no_tensors = budget(100, 100)
+    no_tensors["target"]["weights_by_device"] = None
+    assert memory_change(no_tensors, budget(100, 100))["weights_ratio"] is None
+
+
+def test_kv_budget_module_reports_the_knob_against_the_baseline(tmp_path, capsys):
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.llmfleet.specdec.plugins.modules import kv_budget
+    from testbed.models import STANDARD_SET, write_model
+
+    paths = {n: str(write_model(tmp_path / n, STANDARD_SET[n].spec)) for n in ("target.gguf", "target-q4_0.gguf")}
+    base = {"LLAMA_ARG_MODEL": paths["target.gguf"], "LLAMA_ARG_CTX_SIZE": "2048", "LLAMA_ARG_N_PARALLEL": "1"}
+
+    def run(env):
+        with patch_module_args({"env": env, "baseline_env": base}), pytest.raises(SystemExit):
+            kv_budget.main()
+        return json.loads(capsys.readouterr().out)
+
+    out = run({**base, "LLAMA_ARG_CACHE_TYPE_K": "q4_0", "LLAMA_ARG_CACHE_TYPE_V": "q4_0", "LLAMA_ARG_FLASH_ATTN": "on"})
+    assert out["changed"] is False
+    # q4_0 stores 32 values in 18 bytes, f16 in 64: the cache shrinks to 0.28x, the weights stay
+    assert out["kv_budget"]["against_baseline"]["kv_ratio"] == 18 / 64
+    assert out["kv_budget"]["against_baseline"]["weights_ratio"] == 1.0
+    out = run({**base, "LLAMA_ARG_MODEL": paths["target-q4_0.gguf"]})
+    assert out["kv_budget"]["against_baseline"]["kv_ratio"] == 1.0
+    assert out["kv_budget"]["against_baseline"]["weights_ratio"] < 0.25
+    with patch_module_args({"env": base, "baseline_env": {"LLAMA_ARG_CTX_SIZE": "2048"}}), pytest.raises(SystemExit):
+        kv_budget.main()
+    failed = json.loads(capsys.readouterr().out)
+    assert failed["failed"] and "baseline_env: give the baseline's LLAMA_ARG_MODEL" in failed["msg"]
