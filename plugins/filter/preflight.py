@@ -108,7 +108,7 @@ def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]],
             "worth": worth_text,
             "breakeven": worth_data,
             "judged_as": judged,
-            "memory": ((budget or {}).get("against_baseline") or {}).get("summary") or "-",
+            "memory": "-" if judged == "baseline" else ((budget or {}).get("against_baseline") or {}).get("summary") or "-",
             "against_baseline": (budget or {}).get("against_baseline"),
         })
     return out

@@ -334,3 +334,21 @@ def promotion_evidence(report: Mapping[str, Any], winner: str, accept_lossy: boo
                            f"({found['source']}; against the baseline's greedy texts: {summary}); speed bought with "
                            f"quality is the operator's decision: set specdec_promote_accept_lossy=true to promote it")
     return dict(found, accepted="specdec_promote_accept_lossy=true", summary=summary)
+
+
+def summary_lines(judged: Mapping[str, Any]) -> list[str]:
+    """One plain line per lossy-by-design config (quality against the baseline) and per mixed config's reference."""
+    lines = []
+    for name in judged["order"]:
+        c = judged["configs"][name]
+        j = c.get("judging") or {}
+        if j.get("judging") == LOSSY and c.get("quality"):
+            o = c["quality"]["overall"]
+            first = ("-" if o["first_difference_chars"] is None else
+                     f"char {o['first_difference_chars']:.1f} (token {o['first_difference_tokens']:.1f})")
+            lines.append(f"quality of {name} against the baseline (lossy by design: the operator's decision): identical "
+                         f"on {o['identical']} of {o['prompts']} prompts, first difference at {first}, token agreement "
+                         f"{_pct(o['token_agreement'])}")
+        elif j.get("judging") == LOSSLESS and j.get("reference") not in (None, judged["baseline"]):
+            lines.append(f"{name}: lossless against {j['reference']} (the same numerics without its speculation)")
+    return lines

@@ -472,6 +472,7 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
             lines.append(" | ".join([shape, name, c["status"], _num(r["median_tok_s"], "{:.1f}"),
                                      _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x"), r["verdict"],
                                      str(r.get("n") or "-")]))
+    lines += _quality.summary_lines(j)
     rec = j["recommendation"]
     if rec is None:
         lines.append("recommendation: none (declare a traffic mix to get one; the per-shape table is the answer)")

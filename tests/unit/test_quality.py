@@ -258,3 +258,16 @@ def test_kv_budget_module_reports_the_knob_against_the_baseline(tmp_path, capsys
         kv_budget.main()
     failed = json.loads(capsys.readouterr().out)
     assert failed["failed"] and "baseline_env: give the baseline's LLAMA_ARG_MODEL" in failed["msg"]
+
+
+def test_summary_lines_and_report_configs_carry_the_judging():
+    from ansible_collections.llmfleet.specdec.plugins.filter.ab import ab_report_configs
+
+    run = kv_run()
+    lines = rp.summary_lines(rp.build_document(run, st.judge(run)))
+    assert ("quality of kv-q8_0 against the baseline (lossy by design: the operator's decision): identical on 2 of 4 "
+            "prompts, first difference at char 10.0") in "\n".join(lines)
+    lines = rp.summary_lines(rp.build_document(mixed_run(altered), st.judge(mixed_run(altered))))
+    assert "q4+draft: lossless against q4 (the same numerics without its speculation)" in lines
+    out = ab_report_configs([{"name": "kv", "env": KV, "lossless": False}, {"name": "d", "env": DRAFT}], {})
+    assert out[0]["lossless"] is False and "lossless" not in out[1]
