@@ -420,7 +420,8 @@ def _method(j: Mapping[str, Any]) -> list[str]:
         f"- Prediction: {j['method']['p']}.",
         f"- Traffic mix: {j['method']['mix']}.",
         "- Losslessness: at temperature 0 each text must equal the baseline's first non-empty text for the same "
-        "shape and prompt; an empty answer on either side makes that comparison vacuous.",
+        "shape and prompt (a speculative config layered on a knob that changes the numbers: its reference's, "
+        "see \"Lossless or lossy by design\"); an empty answer on either side makes that comparison vacuous.",
     ]
 
 
