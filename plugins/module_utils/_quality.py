@@ -352,3 +352,19 @@ def summary_lines(judged: Mapping[str, Any]) -> list[str]:
         elif j.get("judging") == LOSSLESS and j.get("reference") not in (None, judged["baseline"]):
             lines.append(f"{name}: lossless against {j['reference']} (the same numerics without its speculation)")
     return lines
+
+
+def setup(g: dict[str, Any], plan: Mapping[str, Any], gathered: Mapping[str, Any], baseline: str,
+          ref: Mapping[tuple[str, Any], str], warnings: list[str]) -> None:
+    """Marks a gathered config (``_stats.judge``) knob / lossy, sets its text reference when that is another
+    config, and its quality against the baseline's texts when it changes the numbers."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats  # it imports this module
+
+    g["knob"] = bool(plan["numerics"]) or plan["judging"] == LOSSY
+    g["lossy"] = plan["judging"] == LOSSY
+    if plan.get("reference") and plan["reference"] in gathered and plan["reference"] != baseline:
+        g["reference_texts"] = _stats._reference_texts(gathered[plan["reference"]]["requests"])[0]
+    if g["knob"] and g["requests"]:
+        g["quality"] = quality(g["requests"], ref)
+    if plan.get("reference_note") and plan["judging"] == LOSSY and plan["speculative"]:
+        warnings.append(f"{g['name']!r}: {plan['reference_note']}")

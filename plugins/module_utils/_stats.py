@@ -1091,19 +1091,6 @@ def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row:
     return out
 
 
-def _quality_setup(g: dict[str, Any], plan: Mapping[str, Any], gathered: Mapping[str, Any], baseline: str,
-                   ref: Mapping[tuple[str, Any], str], warnings: list[str]) -> None:
-    """Lossless or lossy by design (module_utils/_quality.py): the config's text reference and its quality."""
-    g["knob"] = bool(plan["numerics"]) or plan["judging"] == _quality.LOSSY
-    g["lossy"] = plan["judging"] == _quality.LOSSY
-    if plan.get("reference") and plan["reference"] in gathered and plan["reference"] != baseline:
-        g["reference_texts"] = _reference_texts(gathered[plan["reference"]]["requests"])[0]
-    if g["knob"] and g["requests"]:
-        g["quality"] = _quality.quality(g["requests"], ref)
-    if plan.get("reference_note") and plan["judging"] == _quality.LOSSY and plan["speculative"]:
-        warnings.append(f"{g['name']!r}: {plan['reference_note']}")
-
-
 def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot: int = 2000, seed: int = 0,
           alpha: float = 0.05, method: str = "rounds", margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
     """Every verdict of a run: per config a status, per shape a row, the prediction and a recommendation.
@@ -1137,7 +1124,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     judging = _quality.plan(run["configs"], baseline_name, list(probes))
     for g in gathered.values():
         if g["name"] != baseline_name:
-            _quality_setup(g, judging[g["name"]], gathered, baseline_name, ref, warnings)
+            _quality.setup(g, judging[g["name"]], gathered, baseline_name, ref, warnings)
             g["texts"] = (_compare_texts(g["requests"], g.get("reference_texts") or ref) if not g.get("probe_for") else
                           {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None})
             if g.get("lossy"):
