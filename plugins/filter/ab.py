@@ -140,6 +140,8 @@ def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]
             rendering = ab_render([config], {})[config["name"]]
         item: dict[str, Any] = {"name": config["name"], "chain": list((chains or {}).get(config["name"]) or []),
                                 "server_config": dict(rendering["override"]), "rendering": rendering}
+        if config.get("lossless") is not None:  # the config's own declaration (module_utils/_quality.py)
+            item["lossless"] = config["lossless"]
         depth = _draft_depth(rendering["env"])
         if depth is not None:
             item["k"] = depth

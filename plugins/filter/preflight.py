@@ -7,6 +7,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
+
 # llama.cpp's context-backed drafters; an ngram layer costs ~nothing per round
 _CONTEXT_BACKED = ("draft-dspark", "draft-dflash", "draft-eagle3", "draft-mtp", "draft-simple")
 
@@ -47,9 +49,30 @@ def _worth(result: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
     return f"{band or '?'} (break-even p {'none' if p is None else f'{p:.2f}'} at K={rows[0].get('k')})", b
 
 
+def _judging(config: dict[str, Any], rendered: dict[str, Any] | None, reference_env: dict[str, Any] | None,
+             baseline: str | None) -> tuple[str, str | None]:
+    """How the A/B will judge the config against the baseline (module_utils/_quality.py), as a table cell;
+    or why it is refused. Without a baseline config, production's env is the reference."""
+    name = config.get("name")
+    if not rendered or name not in rendered or reference_env is None:
+        return "-", None
+    if name == baseline or not rendered[name].get("override"):
+        return "baseline", None
+    try:
+        c = _quality.classify(rendered[name].get("env") or {}, reference_env, str(name), config.get("lossless"))
+    except _quality.QualityError as exc:
+        return "-", str(exc)
+    if c["judging"] == _quality.LOSSY:
+        kinds = sorted({n["kind"] for n in c["numerics"]}) or ["declared"]
+        return f"lossy by design ({', '.join(kinds)})", None
+    return "lossless" + (" (declared)" if c["source"].startswith("declared") else ""), None
+
+
 def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]], kv: list[dict[str, Any]],
-                      worth: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One verdict dict per config from the registered loop results of the preflight role."""
+                      worth: list[dict[str, Any]], rendered: dict[str, Any] | None = None,
+                      reference_env: dict[str, Any] | None = None, baseline: str | None = None) -> list[dict[str, Any]]:
+    """One verdict dict per config from the registered loop results of the preflight role; with the
+    renderings and the reference env (the baseline's, else production's): how the A/B will judge it."""
     by_name = {}
     for r in worth or []:
         item = r.get("item")
@@ -58,6 +81,11 @@ def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]],
     out = []
     for config, lint_r, kv_r in zip(configs, lint, kv):
         name = config.get("name")
+        judged, refused = _judging(config, rendered, reference_env, baseline)
+        if refused:
+            out.append({"name": name, "legal": False, "error": refused, "silent_off": [], "fits": None,
+                        "worth": "-", "effective_chain": [], "judged_as": "-", "memory": "-"})
+            continue
         if lint_r.get("failed"):
             out.append({"name": name, "legal": False, "error": lint_r.get("msg"), "silent_off": [], "fits": None,
                         "worth": "-", "effective_chain": []})
@@ -79,16 +107,19 @@ def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]],
             "kv_error": kv_r.get("msg") if kv_r.get("failed") else None,
             "worth": worth_text,
             "breakeven": worth_data,
+            "judged_as": judged,
+            "memory": "-" if judged == "baseline" else ((budget or {}).get("against_baseline") or {}).get("summary") or "-",
+            "against_baseline": (budget or {}).get("against_baseline"),
         })
     return out
 
 
 def preflight_table(results: list[dict[str, Any]]) -> list[str]:
     """Readable lines: config | legal? | silently off? | fits? | worth it? | chain."""
-    lines = ["config | legal? | silently off? | fits? (KV) | worth it? | chain that runs"]
+    lines = ["config | legal? | silently off? | fits? (KV) | worth it? | chain that runs | judged as | memory vs baseline"]
     for r in results:
         if r.get("error"):
-            lines.append(f"{r['name']} | ERROR: {r['error']} | - | - | - | -")
+            lines.append(f"{r['name']} | ERROR: {r['error']} | - | - | - | - | - | -")
             continue
         legal = "yes" if r["legal"] else "NO: " + _first(r.get("errors"))
         off = "no" if not r["silent_off"] else "YES: " + _first(r["silent_off"])
@@ -96,7 +127,8 @@ def preflight_table(results: list[dict[str, Any]]) -> list[str]:
         if r.get("kv_error"):
             fits = "? (" + str(r["kv_error"])[:50] + ")"
         chain = ",".join(r["effective_chain"]) or "none"
-        lines.append(f"{r['name']} | {legal} | {off} | {fits} | {r['worth'] if r['legal'] else '-'} | {chain}")
+        lines.append(f"{r['name']} | {legal} | {off} | {fits} | {r['worth'] if r['legal'] else '-'} | {chain} | "
+                     f"{r.get('judged_as', '-')} | {r.get('memory', '-')}")
     for r in results:
         for kind in ("errors", "silent_off"):
             for f in r.get(kind) or []:

@@ -21,6 +21,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
 
 SCHEMA = "llmfleet.specdec/promotion/1"
 BEGIN = "# >>> llmfleet.specdec promotion (managed by playbooks/promote.yml; re-run it to change)"
@@ -57,7 +58,7 @@ def promotion_table(report: dict[str, Any], winner: str) -> list[str]:
 
 
 def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
-                     promoted_at: str | None = None) -> dict[str, Any]:
+                     promoted_at: str | None = None, accept_lossy: bool = False) -> dict[str, Any]:
     """The promotion as data: what it sets and unsets, and why (the measured table)."""
     configs = {c.get("name"): c for c in report.get("configs") or []}
     if winner not in configs:
@@ -69,6 +70,10 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} was judged {', '.join(bad)} in run "
                                  f"{report.get('run_id')}; it cannot be promoted (set specdec_promote_force=true "
                                  "only after fixing and re-measuring)")
+    try:  # a lossy-by-design winner needs the operator's explicit acceptance (module_utils/_quality.py)
+        judging = _quality.promotion_evidence(report, winner, bool(accept_lossy))
+    except _quality.QualityError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     env = configs[winner].get("server_config") or {}
     values: dict[str, str] = {}
     unset: list[str] = []
@@ -81,9 +86,14 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
             unset.append(key)
         else:
             values[key] = text
-    return {"schema": SCHEMA, "config": winner, "run_id": report.get("run_id"), "host": report.get("host"),
-            "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset),
-            "table": promotion_table(report, winner)}
+    table = promotion_table(report, winner)
+    if judging and judging["judging"] == _quality.LOSSY:
+        table.append(_comment(f"{winner}: lossy by design, {judging['summary']}; accepted with {judging['accepted']}"))
+    record = {"schema": SCHEMA, "config": winner, "run_id": report.get("run_id"), "host": report.get("host"),
+              "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset), "table": table}
+    if judging:
+        record["judging"] = judging
+    return record
 
 
 def _check_record(record: Any) -> dict[str, Any]:
@@ -129,10 +139,11 @@ def _without_block(lines: list[str]) -> list[str]:
     return kept
 
 
-def promote_env(current: str, report: dict[str, Any], winner: str, force: bool = False) -> str:
+def promote_env(current: str, report: dict[str, Any], winner: str, force: bool = False,
+                accept_lossy: bool = False) -> str:
     """The base env file's new text: the winner's variables set (null removes one), the rest kept, and one
     promotion block (replacing an earlier one) holding the measured table as the justification."""
-    record = promotion_record(report, winner, force)
+    record = promotion_record(report, winner, force, accept_lossy=accept_lossy)
     body = "\n".join(_without_block(current.split("\n")))
     taken = set(record["set"]) | set(record["unset"])
     # drop the assignments the promotion owns, whole (a quoted value may span lines)

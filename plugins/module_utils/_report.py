@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality, _stats, _traffic
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
@@ -161,6 +161,9 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     _section(out, "Status", _status_section(j))
     for shape in j["shapes"]:
         _section(out, f"Shape: {shape}", _shape_table(j, shape))
+    judging = _quality.markdown_lines(j)
+    if judging:
+        _section(out, "Lossless or lossy by design", judging)
     if j.get("load"):
         _section(out, "Under concurrent load", _load_tables(j))
     ngram = _traffic.ngram_rows(document.get("entries") or [], j["baseline"])
@@ -417,7 +420,8 @@ def _method(j: Mapping[str, Any]) -> list[str]:
         f"- Prediction: {j['method']['p']}.",
         f"- Traffic mix: {j['method']['mix']}.",
         "- Losslessness: at temperature 0 each text must equal the baseline's first non-empty text for the same "
-        "shape and prompt; an empty answer on either side makes that comparison vacuous.",
+        "shape and prompt (a speculative config layered on a knob that changes the numbers: its reference's, "
+        "see \"Lossless or lossy by design\"); an empty answer on either side makes that comparison vacuous.",
     ]
 
 
@@ -469,6 +473,7 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
             lines.append(" | ".join([shape, name, c["status"], _num(r["median_tok_s"], "{:.1f}"),
                                      _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x"), r["verdict"],
                                      str(r.get("n") or "-")]))
+    lines += _quality.summary_lines(j)
     rec = j["recommendation"]
     if rec is None:
         lines.append("recommendation: none (declare a traffic mix to get one; the per-shape table is the answer)")

@@ -27,6 +27,7 @@ import random
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 BENCH_SCHEMA = "llmfleet.specdec/bench/1"
@@ -873,7 +874,7 @@ def _status(cfg: dict[str, Any], is_baseline: bool, all_rounds: set[int]) -> tup
         return NOT_ENGAGED, problems
     if incomplete:
         return INCOMPLETE, problems
-    if not cfg["speculative"]:
+    if not cfg["speculative"] and not cfg.get("knob"):
         return NEGATIVE_CONTROL, problems
     return OK, problems
 
@@ -952,7 +953,9 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     elif status == DRAFTER_PROBE:
         texts = {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None}
     else:
-        texts = _compare_texts(reqs, ref)
+        texts = _compare_texts(reqs, cfg.get("reference_texts") or ref)
+        if cfg.get("lossy"):  # lossy by design (_quality): differences are measured, not a bug
+            texts = _quality.as_lossy(texts)
     row["lossless"] = texts["lossless"]
     row["texts_compared"] = texts["compared"]
     row["texts_vacuous"] = texts["vacuous"]
@@ -1118,10 +1121,14 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         gathered[name]["probe_for"] = served_for
     base = gathered[baseline_name]
     ref, warnings = _reference_texts(base["requests"])
+    judging = _quality.plan(run["configs"], baseline_name, list(probes))
     for g in gathered.values():
         if g["name"] != baseline_name:
-            g["texts"] = (_compare_texts(g["requests"], ref) if not g.get("probe_for") else
+            _quality.setup(g, judging[g["name"]], gathered, baseline_name, ref, warnings)
+            g["texts"] = (_compare_texts(g["requests"], g.get("reference_texts") or ref) if not g.get("probe_for") else
                           {"lossless": None, "compared": 0, "vacuous": 0, "differ": 0, "first_divergence": None})
+            if g.get("lossy"):
+                g["texts"] = _quality.as_lossy(g["texts"])
 
     configs: dict[str, Any] = {}
     for c in run["configs"]:
@@ -1149,7 +1156,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                                    "first_divergence": None}
         configs[c["name"]] = {
             "name": c["name"], "status": status, "role": "baseline" if is_base else (
-                "drafter probe" if status == DRAFTER_PROBE else "speculative" if g["speculative"] else "control"),
+                "drafter probe" if status == DRAFTER_PROBE else "speculative" if g["speculative"] else
+                "knob" if g.get("knob") else "control"),
             "probe_for": g.get("probe_for") or [],
             "chain": g["chain"], "speculative": g["speculative"], "problems": problems, "notes": g["notes"],
             "errors": g["errors"],
@@ -1162,6 +1170,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
             "acceptance_by_position": by_pos, "acceptance_by_position_source": by_pos_source if by_pos else "not available",
             "positions_drafted": positions_shown,
             "shapes": rows, "load_gate": load_gate,
+            "judging": judging[c["name"]], "quality": g.get("quality"),
         }
     base_judged = configs[baseline_name]
     if base_judged["status"] == FAILED:
@@ -1248,6 +1257,9 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
     base_samples = {s: _rate_samples(gathered[baseline]["shape_requests"].get(s, [])) for s in mix}
     for name, j in judged["configs"].items():
         if name == baseline:
+            continue
+        if j["status"] in ELIGIBLE and (j.get("judging") or {}).get("judging") == _quality.LOSSY:
+            out["excluded"].append({"config": name, "status": j["status"], "reason": _quality.NOT_RECOMMENDED})
             continue
         if j["status"] not in ELIGIBLE:
             reason = "; ".join(j["problems"]) or ("a control, not a candidate" if j["status"] == NEGATIVE_CONTROL

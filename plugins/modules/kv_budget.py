@@ -74,6 +74,13 @@ options:
         llama-server does.
     type: dict
     default: {}
+  baseline_env:
+    description:
+      - The baseline's C(LLAMA_ARG_*) environment (production's). When given, the baseline is sized on the
+        same devices and RV(kv_budget.against_baseline) says what this config's knobs do to memory - a KV
+        cache type change halves or quarters the cache, a quant rung changes the weights, a drafter adds
+        its own.
+    type: dict
   target:
     description:
       - The target model. Either its header facts (what M(llmfleet.specdec.gguf_info) returns under
@@ -353,6 +360,13 @@ kv_budget:
       description: The answer as lines, fixes last.
       type: list
       elements: str
+    against_baseline:
+      description:
+        - Only with O(baseline_env). C(kv_bytes) and C(baseline_kv_bytes) (target and draft KV together),
+          C(kv_ratio), C(weights_bytes), C(baseline_weights_bytes) and C(weights_ratio) (null without
+          tensor lists), C(cache_types) (the target's K/V), and C(summary), one line.
+      type: dict
+      sample: {kv_ratio: 0.53125, weights_ratio: 0.19, summary: "KV 0.53x (64.0 MiB -> 34.0 MiB); weights same"}
 """
 
 import traceback
@@ -364,6 +378,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import G
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_config
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
 from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import (
     CACHE_TYPES,
@@ -378,6 +393,7 @@ _TYPES = list(CACHE_TYPES)
 ARGUMENT_SPEC = dict(
     flags=dict(type="list", elements="str", default=[]),
     env=dict(type="dict", default={}),
+    baseline_env=dict(type="dict"),
     target=dict(type="raw"),
     draft=dict(type="raw"),
     ctx_size=dict(type="int"),
@@ -426,6 +442,17 @@ def model_input(name: str, value: Any, params: dict[str, Any]) -> dict[str, Any]
     raise SizingError(f"{name}: expected header facts (a dict from gguf_info) or a GGUF path or URL, got {value!r}")
 
 
+def _baseline_budget(p: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The baseline sized on the same devices with the same memory settings."""
+    parsed = parse_config([], p["baseline_env"])
+    base_config = config_from_parsed(parsed)
+    base_config.update({k: config[k] for k in ("devices", "headroom_bytes", "memory") if k in config})
+    if parsed.get("model") is None:
+        raise SizingError("baseline_env: give the baseline's LLAMA_ARG_MODEL (production's model)")
+    return kv_budget(model_input("baseline_env model", parsed["model"], p),
+                     model_input("baseline_env draft", parsed.get("draft_model"), p), base_config)
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -441,6 +468,8 @@ def main() -> None:
         target = model_input("target", target_in, p)
         draft = model_input("draft", p["draft"] if p["draft"] is not None else parsed.get("draft_model"), p)
         result = kv_budget(target, draft, config)
+        if p["baseline_env"] is not None:
+            result["against_baseline"] = memory_change(result, _baseline_budget(p, config))
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     module.exit_json(changed=False, kv_budget=result)

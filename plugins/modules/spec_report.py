@@ -13,6 +13,12 @@ description:
   - B(Losslessness.) At temperature 0 every config's text on every prompt must equal the baseline's.
     Any difference marks the config C(INVALID), a correctness bug and never a winner, with the first
     diverging character shown. An empty answer makes that comparison vacuous and is reported as such.
+  - B(Lossless or lossy by design.) That holds for speculation. A config that changes the model file, a KV
+    cache type, batch/ubatch, the slot split or backend placement (or declares C(lossless) false) is lossy by
+    design - its speed is judged as usual and, in place of the lossless gate, its texts are measured against
+    the baseline's per shape (identical prompts, mean first difference, token agreement); it is never
+    recommended automatically. A config that adds speculation to such a knob is lossless against the run's
+    config with the same knobs and no speculation, when there is one.
   - B(Proposer engaged.) A config whose effective chain is not empty but whose C(draft_n) stays 0 where it
     should draft (a model-backed drafter on every shape, an n-gram lookup on C(echo)) is C(NOT ENGAGED),
     whatever its flags say. A config with an empty chain and no drafts is the C(NEGATIVE CONTROL); it
@@ -205,7 +211,9 @@ judged:
       position the server exports), C(positions_drafted) (how many of them the report shows) and
       C(shapes), one row per shape with C(tok_s) and its interval, C(median_tok_s), C(speedup),
       C(ci_low), C(ci_high), C(verdict), C(n) (rounds x requests per side per round), C(acceptance),
-      C(mean_accepted_len) and C(n_requests).
+      C(mean_accepted_len) and C(n_requests). C(judging) says how the config was judged (C(lossless) or
+      C(lossy-by-design), why, and its C(reference)); C(quality) holds the quality numbers per shape and
+      C(overall) for a config that changes the numbers (null otherwise).
     - C(statistics) names the method, the interval level, the equivalence margin and the minimums.
     - C(prediction) is the prediction-against-measurement table; C(warnings) what the run itself casts doubt on.
   returned: always

@@ -51,9 +51,10 @@ def preflight(demo_cache: Path) -> tuple[dict, str, Path]:
 
 def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> None:
     results, table, _ = preflight
-    assert table.splitlines()[0] == "config | legal? | silently off? | fits? (KV) | worth it? | chain that runs"
+    assert table.splitlines()[0] == ("config | legal? | silently off? | fits? (KV) | worth it? | chain that runs | "
+                                     "judged as | memory vs baseline")
     assert set(results) == {"baseline", "draft-n3", "draft-n7", "ngram-mod", "draft-n3+ngram-mod",
-                            "draft-without-type", "draft-other-tokenizer", "mtp-old-name"}
+                            "draft-without-type", "draft-other-tokenizer", "mtp-old-name", "q4_0", "kv-q8_0"}
     assert results["mtp-old-name"]["legal"] is False
     assert [f["code"] for f in results["draft-without-type"]["silent_off"]] == ["draft-without-type"]
     assert [f["code"] for f in results["draft-other-tokenizer"]["silent_off"]] == ["draft-vocab-incompatible"]
@@ -65,6 +66,33 @@ def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> 
     assert results["draft-n7"]["breakeven"]["breakeven"][0]["k"] == 7
     assert results["draft-n3"]["breakeven"]["breakeven"][0]["k"] == 3
     assert results["baseline"]["worth"] == "-"
+
+
+def test_table_says_how_each_config_is_judged_and_what_it_does_to_memory(preflight: tuple[dict, str, Path]) -> None:
+    results, table, models = preflight
+    assert results["baseline"]["judged_as"] == "baseline"
+    assert results["draft-n3"]["judged_as"] == "lossless"
+    kv = results["kv-q8_0"]
+    assert kv["judged_as"] == "lossy by design (KV cache type, backend kernels)"
+    # q8_0 stores 32 values in 34 bytes, f16 in 64
+    assert kv["against_baseline"]["kv_ratio"] == 34 / 64
+    assert kv["against_baseline"]["weights_ratio"] == 1.0
+    q4 = results["q4_0"]
+    assert q4["judged_as"] == "lossy by design (model file)"
+    assert q4["against_baseline"]["kv_ratio"] == 1.0
+    # the weights: the real files' tensor data, read with gguf's own reader
+    import gguf
+
+    def tensor_bytes(name: str) -> int:
+        return sum(int(t.n_bytes) for t in gguf.GGUFReader(models / name).tensors)
+
+    assert q4["against_baseline"]["weights_ratio"] == tensor_bytes("target-q4_0.gguf") / tensor_bytes("target.gguf")
+    assert q4["against_baseline"]["weights_ratio"] < 0.25
+    # a drafter adds its own KV (2 layers of the target's 4) and weights
+    assert results["draft-n3"]["against_baseline"]["kv_ratio"] == 1.5
+    assert results["draft-n3"]["against_baseline"]["weights_ratio"] > 1.0
+    row = next(line for line in table.splitlines() if line.startswith("kv-q8_0 |"))
+    assert row.endswith("| lossy by design (KV cache type, backend kernels) | KV 0.53x (4.00 MiB -> 2.12 MiB); weights same")
 
 
 def test_the_server_does_what_preflight_said(preflight: tuple[dict, str, Path], tmp_path: Path) -> None:

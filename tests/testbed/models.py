@@ -63,6 +63,8 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
+# Quant rungs: every 2-D weight but the token embeddings (kept F16) goes through gguf.quants.
+_QUANT = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
 # Tuned against the real server (module docstring): residual dominated by embeddings and FFNs.
 _EMBD_STD = 1.5
 _OUTPUT_STD = 1.0
@@ -130,7 +132,8 @@ class ModelSpec:
     target_layers: tuple[int, ...] = (1, 2)
     block_size: int = 16
     name: str | None = None
-    # "f32" keeps batched and single-token decoding numerically close (see the module docstring)
+    # "f32" keeps batched and single-token decoding numerically close (see the module docstring);
+    # "q8_0"/"q4_0": a quant rung of the same weights, quantized with gguf's own quantizers (_QUANT)
     matrix_type: str = "f32"
 
 
@@ -412,8 +415,9 @@ def _add_extra(w: gguf.GGUFWriter, key: str, value: Any) -> None:
 def _add_hparams(w: gguf.GGUFWriter, spec: ModelSpec) -> None:
     arch = spec.arch
     w.add_name(spec.name or f"testbed-{arch}-{spec.n_layer}L-{spec.tokenizer}")
-    f16 = spec.matrix_type == "f16"
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32))
+    file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                 "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}.get(spec.matrix_type, gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(int(file_type))
     w.add_context_length(spec.n_ctx_train)
     w.add_embedding_length(spec.n_embd)
     w.add_block_count(spec.n_layer)
@@ -452,7 +456,11 @@ def write_model(path: str | Path, spec: ModelSpec) -> Path:
     for key, value in spec.extra_kv.items():
         _add_extra(w, key, value)
     for name, array in _tensors_for(spec, tok):
-        w.add_tensor(name, array)
+        qtype = _QUANT.get(spec.matrix_type)
+        if qtype is not None and array.ndim == 2 and name != "token_embd.weight":
+            w.add_tensor(name, gguf.quants.quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -466,8 +474,8 @@ def _check_spec(spec: ModelSpec) -> None:
     if spec.sliding_window_pattern is not None and len(spec.sliding_window_pattern) != spec.n_layer:
         raise ValueError(f"sliding_window_pattern has {len(spec.sliding_window_pattern)} values "
                          f"for {spec.n_layer} layers")
-    if spec.matrix_type not in ("f32", "f16"):
-        raise ValueError(f"matrix_type={spec.matrix_type!r}: use 'f32' or 'f16'")
+    if spec.matrix_type not in ("f32", "f16", *_QUANT):
+        raise ValueError(f"matrix_type={spec.matrix_type!r}: use 'f32', 'f16', 'q8_0' or 'q4_0'")
     if not 0 <= spec.nextn_layers <= spec.n_layer:
         raise ValueError(f"nextn_layers={spec.nextn_layers} must lie within 0..n_layer={spec.n_layer}")
 
@@ -543,6 +551,10 @@ STANDARD_SET: dict[str, SetEntry] = {
         ModelSpec(arch="glm4", nextn_layers=1, name="testbed-target-mtp"), "target", True, None,
         "glm4, nextn_predict_layers 1 inside block_count 4 (blk.3.nextn.*); serves plainly, "
         "--spec-type draft-mtp makes llama-server exit"),
+    "target-q4_0.gguf": SetEntry(
+        ModelSpec(scale_extra=TARGET_SCALE, matrix_type="q4_0", name="testbed-target-q4_0"), "target", True, None,
+        "target.gguf's weights quantized to Q4_0 (gguf.quants): a quant rung whose greedy text differs from "
+        "target.gguf's; draft.gguf speculates on it losslessly"),
     "draft-dflash.gguf": SetEntry(
         None, "draft", True, "draft-dflash",
         "dflash draft (target's tokenizer, SWA 2048, mask token): runs only as a draft of target.gguf"),
