@@ -327,7 +327,7 @@ def test_vllm_filters_map_legacy_flags_and_refuse_what_vllm_refuses():
     with pytest.raises(AnsibleFilterError, match=r"needs vLLM >= 0\.20\.1"):
         vllm_filters.vllm_speculative_config({"method": "dflash", "model": "d", "num_speculative_tokens": 8},
                                              vllm_version="0.19.1", attention_backend="flash_attn")
-    with pytest.raises(AnsibleFilterError, match="Conflicting speculative config"):
+    with pytest.raises(AnsibleFilterError, match="mutually exclusive"):
         vllm_filters.vllm_speculative_config({"method": "dflash", "model": "d", "num_speculative_tokens": 8},
                                              ["--spec-tokens", "4"])
     with pytest.raises(AnsibleFilterError, match="non-causal"):
