@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller side of the A/B protocol: judge a run and write report.json, report.md, PNG plots and the host's history.
 from __future__ import annotations
 

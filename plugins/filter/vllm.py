@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filters exposing the collection's vLLM --speculative-config code (_vllm.py) to role vllm_serve and to inventory.
 """vLLM's speculative config for templates - the same code spec_lint uses, never a second copy.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the "is it worth it?" arithmetic of speculative decoding, against the incumbent.
 """Break-even arithmetic for a drafter, from the field notes' "Is it worth it?" section.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: HTTP to one running llama-server or vLLM endpoint, and the bench that measures it (no decisions).
 """A small client for the server a host runs, and the measuring loop of spec_bench.
 

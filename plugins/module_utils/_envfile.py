@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: systemd's EnvironmentFile= syntax, the one place env files are written and read.
 """Env files exactly as systemd reads them, and values written so that systemd passes them on unchanged.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: a streaming GGUF header reader (local file or HTTP ranges), standard library only.
 """Read the header of a GGUF file — key/values and the tensor-info table — and nothing else.
 

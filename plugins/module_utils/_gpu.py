@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: per-device GPU memory facts from nvidia-smi, amd-smi, rocm-smi and amdgpu sysfs.
 """Parsers for what GPU tools print, and the sysfs reader, each returning a list of device dicts:
 

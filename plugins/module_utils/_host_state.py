@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the host's own A/B state (safe path names, history lines) and the per-unit A/B lock.
 """The host is the source of truth for its A/B runs, so two things live here, on the host, stdlib only.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: HTTP with a total deadline, capped bodies, credential-safe redirects, redacted URLs (stdlib).
 """One HTTP client for every module that talks to a server, so that a hostile server costs bounded time and memory.
 

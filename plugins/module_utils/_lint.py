@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the spec_lint rule engine — will this llama.cpp or vLLM config start, and will speculation run?
 """Predict, from llama.cpp's own source, what llama-server does with a speculative config.
 

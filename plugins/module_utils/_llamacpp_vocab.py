@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: how llama.cpp's vocabulary loader reads a GGUF header, and when it refuses it.
 """llama_vocab::impl::load (src/llama-vocab.cpp of the pinned tree), step by step, on a parsed header.
 

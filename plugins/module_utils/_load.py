@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the bench under concurrent load: N streams at once per shape, from the host (stdlib threads).
 """Measure one running config with N requests in flight at once, the way production is loaded.
 

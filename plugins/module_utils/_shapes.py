@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the A/B protocol's four traffic shapes as deterministic prompts, with the checks that make them fair.
 """The traffic shapes of the field notes' A/B protocol, generated deterministically.
 

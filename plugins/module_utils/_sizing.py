@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: KV-cache bytes per position, per context and per device, by llama.cpp's allocation rules.
 """Will a speculative llama-server config fit? KV cache and weights per device, and the fixes.
 

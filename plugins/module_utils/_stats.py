@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the A/B statistics (medians, bootstrap intervals, verdicts) and the judging of a run.
 """Statistics and judging for the A/B protocol of the field notes, on the controller.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: transient systemd drop-ins over a unit's env, the dead-man rollback timer, port and health waits.
 """The change vehicle behind ``unit_override``.
 

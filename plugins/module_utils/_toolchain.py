@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: finds the build toolchain on a host (cmake, compilers, nvcc, ROCm/HIP, glslc, Vulkan headers).
 """What is installed for building llama.cpp, found the way its cmake files look for it.
 

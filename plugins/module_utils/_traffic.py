@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the operator's own traffic (JSONL files of requests) as extra named shapes of the A/B.
 """The operator's own prompts as shapes beside the four built-in ones.
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Take, refresh or release the per-unit A/B lock on a host, so two runs never interleave candidates on one unit.
 from __future__ import annotations
 

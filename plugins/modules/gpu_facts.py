@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Report each GPU's name, total and free memory (and GTT on APUs) from nvidia-smi, amd-smi, rocm-smi and sysfs.
 from __future__ import annotations
 

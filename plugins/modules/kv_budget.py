@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Will a speculative llama-server config fit? Target and drafter KV (and weights) per device, and the fixes when not.
 from __future__ import annotations
 

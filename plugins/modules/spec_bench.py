@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Measures one running llama-server or vLLM config with the A/B protocol's four traffic shapes, from the host itself.
 from __future__ import annotations
 

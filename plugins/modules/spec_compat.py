@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Say whether llama-server will accept a target/draft pair for speculation, by llama.cpp's own rule.
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Documentation of the spec_report action: the A/B run judged on the controller into JSON, Markdown, PNGs and history.
 from __future__ import annotations
 

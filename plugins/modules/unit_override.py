@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Run a systemd unit with an A/B candidate's env through a transient /run drop-in, with a dead-man rollback timer.
 from __future__ import annotations
 
