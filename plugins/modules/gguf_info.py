@@ -48,7 +48,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_compat
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

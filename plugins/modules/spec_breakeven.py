@@ -101,7 +101,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.gpu_facts
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

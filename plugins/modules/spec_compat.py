@@ -50,7 +50,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -89,8 +89,8 @@ server_outcome:
 reasons:
   description:
     - Every failing check, in llama.cpp's order. Empty when compatible.
-    - A file that does not load gives one reason per side, starting C(target: will not load) or
-      C(draft: will not load), with llama.cpp's error and what llama-server then does.
+    - "A file that does not load gives one reason per side, starting C(target: will not load) or
+      C(draft: will not load), with llama.cpp's error and what llama-server then does."
   returned: success
   type: list
   elements: str

@@ -95,7 +95,7 @@ seealso:
   - module: llmfleet.specdec.spec_compat
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -351,7 +351,8 @@ def test_module_stub_refuses_to_run_on_a_host(capsys):
 
     from ansible_collections.llmfleet.specdec.plugins.modules import spec_report
 
-    with patch_module_args({}), pytest.raises(SystemExit):
+    # With valid options (the stub's spec is the action plugin's) it still refuses, naming the reason.
+    with patch_module_args({"run": {}}), pytest.raises(SystemExit):
         spec_report.main()
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True and "action plugin" in out["msg"]
