@@ -71,7 +71,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         run = dict(args["run"])
         if not run.get("host"):
             run["host"] = task_vars.get("inventory_hostname")

@@ -64,7 +64,7 @@ def vllm_speculative_config(spec: dict[str, Any] | None, legacy_flags: list[Any]
 
 def vllm_speculative_warnings(spec: dict[str, Any] | None, legacy_flags: list[Any] | None = None,
                               vllm_version: Any = None, attention_backend: str | None = None) -> list[str]:
-    _, result = _findings(spec, legacy_flags, vllm_version, attention_backend)
+    _dummy, result = _findings(spec, legacy_flags, vllm_version, attention_backend)
     return [f"{w['code']}: {w['reason']} (fix: {w['fix']})" for w in result["warnings"]]
 
 

@@ -135,7 +135,7 @@ def timer_armed(unit: str, run: Runner) -> bool:
     """Whether the unit's dead-man timer waits to fire (a dead run's candidate may still serve)."""
     timer = override_paths(service_name(unit)).timer
     try:
-        rc, out, _ = run(["systemctl", "is-active", timer])
+        rc, out, _dummy = run(["systemctl", "is-active", timer])
     except OSError:
         return False
     return rc == 0 and out.strip() in ("active", "activating")

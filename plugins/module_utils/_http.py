@@ -283,7 +283,7 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None
         return None
     if "://" not in proxy:
         proxy = "http://" + proxy
-    _, phost, pport = origin(proxy)
+    _dummy, phost, pport = origin(proxy)
     auth = _basic(urllib.parse.urlsplit(proxy))
     return phost, pport, ({"Proxy-Authorization": auth} if auth else {})
 
@@ -315,7 +315,7 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
     watchdog = _Watchdog(total_timeout)
     context: ssl.SSLContext | None = None
     try:
-        for _ in range(MAX_REDIRECTS + 1):
+        for _dummy in range(MAX_REDIRECTS + 1):
             label = f"{method} {redact_url(url)}"
             try:
                 parts = urllib.parse.urlsplit(url)

@@ -72,8 +72,8 @@ def _burst(make_client: Callable[[], Any], prompts: list[Prompt], api: str, engi
     """Sends one request per prompt, all at once; one record per stream, in stream order."""
     n = len(prompts)
     barrier = threading.Barrier(n)
-    records: list[dict[str, Any]] = [{} for _ in range(n)]
-    clients = [make_client() for _ in range(n)]  # one client each: nothing shared between the threads
+    records: list[dict[str, Any]] = [{} for _dummy in range(n)]
+    clients = [make_client() for _dummy in range(n)]  # one client each: nothing shared between the threads
 
     def stream(i: int) -> None:
         rec = records[i]

@@ -138,7 +138,7 @@ def _code(text: str) -> str:
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _dummy in header) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
 
@@ -318,7 +318,7 @@ def _positions(j: Mapping[str, Any]) -> list[str]:
         drafted = c.get("positions_drafted")
         return len(c["acceptance_by_position"]) if drafted is None else drafted
 
-    width = max(shown(c) for _, c in rows)
+    width = max(shown(c) for _dummy, c in rows)
     header = ["config", *(f"pos {i + 1}" for i in range(width)), "source"]
     body = []
     hidden = []

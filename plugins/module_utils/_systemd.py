@@ -156,7 +156,7 @@ class EnvConfig(NamedTuple):
     unset: Tuple[str, ...]
 
     def names(self) -> List[str]:
-        return [name for name, _ in self.assignments] + list(self.unset)
+        return [name for name, _dummy in self.assignments] + list(self.unset)
 
 
 def check_env_name(name: Any, where: str = "env") -> str:
@@ -491,7 +491,7 @@ def cgroup_path(text: str) -> str | None:
     """
     unified = None
     for line in text.splitlines():
-        _, _, rest = line.partition(":")
+        _dummy, _dummy, rest = line.partition(":")
         controllers, sep, path = rest.partition(":")
         if not sep:
             continue
@@ -523,7 +523,7 @@ def parse_proc_net_tcp(text: str) -> List[Listener]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != "0A":
             continue
-        address, _, port_hex = fields[1].rpartition(":")
+        address, _dummy, port_hex = fields[1].rpartition(":")
         try:
             listeners.append(Listener(address, int(port_hex, 16), int(fields[9])))
         except ValueError:
@@ -752,7 +752,7 @@ class UnitOverride:
                 name, sep, val = word.partition("=")
                 if sep:
                     env[name] = val
-        for path, _ in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles")):
+        for path, _dummy in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles")):
             if os.path.abspath(path) == os.path.abspath(paths.env_file):
                 continue
             text = _read(path)
@@ -785,7 +785,7 @@ class UnitOverride:
         pid = int(info.get("MainPID") or 0)
         if info.get("ActiveState") != "active" or pid == 0:
             return False
-        status, _ = self.http(health_url(host, port), 2.0)
+        status, _dummy = self.http(health_url(host, port), 2.0)
         return status == 200 and self.serving_pid_ok(pid, port, info.get("ControlGroup", ""))[0]
 
     # ---------------------------------------------------------- waits

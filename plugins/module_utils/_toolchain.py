@@ -105,9 +105,9 @@ class Probe:
         found = self.version_of(path, ["--version"], build.parse_hip_version)
         if not found:
             return None
-        rc, out, _ = self.run([path, "-l"])  # the HIP clang directory (docs/build.md: HIPCXX=$(hipconfig -l)/clang)
+        rc, out, _dummy = self.run([path, "-l"])  # the HIP clang directory (docs/build.md: HIPCXX=$(hipconfig -l)/clang)
         found["clang"] = os.path.join(out.strip(), "clang") if rc == 0 and out.strip() else None
-        rc, out, _ = self.run([path, "-R"])  # the ROCm root (HIP_PATH=$(hipconfig -R))
+        rc, out, _dummy = self.run([path, "-R"])  # the ROCm root (HIP_PATH=$(hipconfig -R))
         found["rocm_path"] = out.strip() if rc == 0 and out.strip() else rocm
         return found
 

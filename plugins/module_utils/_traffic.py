@@ -118,9 +118,9 @@ def parse_request(obj: Any, where: str) -> dict[str, Any]:
             raise TrafficError(f"{where}: messages[{i}] must be {{\"role\": one of {', '.join(ROLES)}, "
                                "\"content\": ...}")
         chat.append((msg["role"], _text_of_content(msg["content"], f"{where}: messages[{i}]")))
-    if not any(content.strip() for _, content in chat):
+    if not any(content.strip() for _dummy, content in chat):
         raise TrafficError(f"{where}: every message is empty; give the request some text")
-    user = "\n".join(content for _, content in chat)
+    user = "\n".join(content for _dummy, content in chat)
     return {"user": user, "raw": user, "chat": chat}
 
 

@@ -24,7 +24,7 @@ def test_t_quantiles_match_the_tables(df, q975):
 def test_round_ratio_ci_is_the_t_interval_on_paired_log_ratios():
     # two requests per round and side; candidate/baseline per round: 1.1, 1.2, 1.3 (geometric means)
     base = {(r, p, 0): 40.0 * (1 + 0.1 * p) for r in range(3) for p in range(2)}
-    cand = {(r, p, 0): v * (1.1 + 0.1 * r) for (r, p, _), v in base.items()}
+    cand = {(r, p, 0): v * (1.1 + 0.1 * r) for (r, p, _dummy), v in base.items()}
     ci = st.round_ratio_ci(cand, base)
     logs = [math.log(1.1), math.log(1.2), math.log(1.3)]
     mean = sum(logs) / 3
