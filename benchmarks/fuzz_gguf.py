@@ -138,7 +138,7 @@ def synthetic_seed(rng: random.Random) -> dict[str, Any]:
                                        (f"{arch}.context_length", VT.UINT32, 4096),
                                        (f"{arch}.attention.head_count", VT.UINT32, 4),
                                        (f"{arch}.attention.head_count_kv", VT.ARRAY, (VT.UINT32, [rng.choice([0, 2])
-                                                                                            for _dummy in range(n_layer)])),
+                                                                                                  for _dummy in range(n_layer)])),
                                        (f"{arch}.nextn_predict_layers", VT.UINT32, rng.choice([0, 1])),
                                        (f"{arch}.attention.sliding_window", VT.UINT32, 1024),
                                        (f"{arch}.attention.sliding_window_pattern", VT.ARRAY,

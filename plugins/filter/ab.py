@@ -32,7 +32,7 @@ def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list
             env = dict(config.get("env") or {})
             env.update({k: str(v) for k, v in zip(keys, values)})
             name = config["name"] + ("@" + ",".join(f"{k.replace('LLAMA_ARG_', '').lower()}={v}"
-                                                   for k, v in zip(keys, values)) if keys else "")
+                                                    for k, v in zip(keys, values)) if keys else "")
             if name in names:
                 raise AnsibleFilterError(f"specdec_configs: two configs are named {name!r}")
             names.add(name)

@@ -560,7 +560,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
                                         "those are returned in bench)", document(None), cause) from None
         if reason is not None:
             rejected.append({**{key: record[key] for key in ("shape", "prompt_index", "repeat", "prompt_sha256",
-                                                          "metrics_delta")}, "reason": reason})
+                                                             "metrics_delta")}, "reason": reason})
             continue
         requests.append(record)
     if rejected:

@@ -271,7 +271,8 @@ class HttpSource:
     def _read_stream(self, offset: int, size: int, need: int) -> bytes:
         if offset != self._stream_pos:
             raise GGUFFetchError(f"{self.name}: internal error: non-sequential read of a streamed body")
-        assert self._stream is not None
+        if self._stream is None:  # the caller opened it; a raise, unlike assert, survives python -O
+            raise AssertionError(f"{self.name}: internal error: streamed read without a stream")
         data = self._body(self._stream, size, need)
         self._stream_pos += len(data)
         self.bytes_read += len(data)

@@ -15,6 +15,7 @@ without a GPU.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -571,14 +572,14 @@ def collect(tools: Iterable[str], find_tool: Callable[[str], str | None],
                 if tool in required:
                     errors.append(f"sysfs: no {os.path.join(sysfs_root, 'class', 'drm')} on this host")
                 continue
-            runner = lambda: read_sysfs(sysfs_root)  # noqa: E731
+            runner = functools.partial(read_sysfs, sysfs_root)
         else:
             path = find_tool(tool)
             if path is None:
                 if tool in required:
                     errors.append(f"{tool}: not installed (not on PATH nor in {', '.join(ROCM_BIN_DIRS)})")
                 continue
-            runner = lambda t=tool, p=path: queries[t](p, run_tool)  # noqa: E731
+            runner = functools.partial(queries[tool], path, run_tool)
         try:
             found = runner()
         except GPUToolError as exc:

@@ -125,5 +125,3 @@ def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, 
                               f"env or flags ({', '.join(sorted(rendering['override']))}): make that another config")
         out[name] = rendering
     return out
-
-

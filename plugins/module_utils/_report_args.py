@@ -15,5 +15,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "environment": {"type": "dict", "default": {}},
     "bootstrap_resamples": {"type": "int", "default": 2000},
     "seed": {"type": "int", "default": 0},
-    "stats_key": {"type": "str", "default": "specdec_ab"},
+    # "key" in the name makes ansible-test suspect a secret: it names the fact the run is stored under.
+    "stats_key": {"type": "str", "default": "specdec_ab", "no_log": False},
 }

@@ -1286,7 +1286,7 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
                    reason=(f"{best['config']} is {best['speedup']:.2f}x the baseline over this mix "
                            f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}] (n {best['n']}), the fastest config "
                            f"whose whole interval lies above 1" + (f" + {boot['margin']:g}" if boot.get("margin")
-                                                                  else "")))
+                                                                   else "")))
     else:
         out.update(config=baseline, keep_baseline=True,
                    reason="no eligible config beats the baseline over this mix with its whole interval above 1: "

@@ -1008,7 +1008,7 @@ class UnitOverride:
 
     def found(self, paths: OverridePaths) -> List[str]:
         items = [f"{label} {path}" for label, path in (("drop-in", paths.dropin), ("env file", paths.env_file),
-                                                        ("rollback script", paths.script), ("rollback meta", paths.meta))
+                                                       ("rollback script", paths.script), ("rollback meta", paths.meta))
                  if os.path.exists(path)]
         timer = self.timer_state(paths)
         if timer["armed"]:
@@ -1151,9 +1151,9 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
                            health_timeout=health_timeout, port_timeout=port_timeout)
     if every_unit:
         return manager.absent_everywhere()
-    assert unit is not None
+    if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
+        raise AssertionError("unit_override: unit (and config for state=present) must be given")
     if state == "present":
-        assert config is not None
         return manager.present(unit, config, rollback_after)
     if state == "confirmed":
         return manager.confirmed(unit)

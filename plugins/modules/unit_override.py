@@ -247,7 +247,7 @@ def main() -> None:
                            mutually_exclusive=[("env", "env_file")],
                            required_if=[("state", "present", ("env", "env_file"), True)])
     try:
-        result = run_unit_override(module.params, run=lambda argv: module.run_command(argv),
+        result = run_unit_override(module.params, run=module.run_command,
                                    check_mode=module.check_mode, python=sys.executable)
     except UnitOverrideError as exc:
         module.fail_json(msg=str(exc), **exc.details)

@@ -90,7 +90,7 @@ def test_the_server_does_what_preflight_said(preflight: tuple[dict, str, Path], 
 
 
 def test_the_build_record_on_the_host_sets_the_rules(preflight: tuple[dict, str, Path], demo_cache: Path,
-                                                    tmp_path: Path) -> None:
+                                                     tmp_path: Path) -> None:
     """Without specdec_llamacpp_build in inventory, the build llamacpp_build recorded on the host decides:
     on b9100 the MTP type was still named `mtp`, so the name is no longer the refusal there; the demo
     target's missing nextn layers are."""

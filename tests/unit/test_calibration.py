@@ -133,7 +133,7 @@ def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared()
     run = make_run({
         "baseline": {},
         "d": dict(DRAFTER, speedup=1.5, server_config={"LLAMA_ARG_SPEC_TYPE": "draft-simple",
-                                                         "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
+                                                       "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
         # the draft alone: 10x the target's rate, and of course another text
         "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
                         "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},

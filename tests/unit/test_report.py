@@ -336,7 +336,7 @@ def test_action_without_matplotlib_warns_and_writes_the_rest(tmp_path):
     (blocker / "__init__.py").write_text("raise ImportError('matplotlib blocked for this test')\n")
     run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5)})
     (tmp_path / "run1.json").write_text(json.dumps(run))
-    (tmp_path / "play.yml").write_text(PLAYBOOK.split("    - name: report run one again")[0])
+    (tmp_path / "play.yml").write_text(PLAYBOOK.split("    - name: report run one again", maxsplit=1)[0])
     out = ansible_playbook(tmp_path, {"PYTHONPATH": str(tmp_path / "block")})
     res = results_of(out)["report run one"]
     assert res["changed"] is True

@@ -254,7 +254,8 @@ def test_molecule_stand_in_podman_refuses_a_run_outside_the_units_cgroup(tmp_pat
     proc = subprocess.run(run, capture_output=True, text=True, timeout=30,
                           env={"PATH": os.environ["PATH"], "STAND_IN_PODMAN_STATE": str(tmp_path)}, check=False)
     assert proc.returncode == 125 and "--cgroups=split" in proc.stderr and proc.stdout == ""
-    version = subprocess.run([sys.executable, str(stand_in), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    version = subprocess.run([sys.executable, str(stand_in), "--version"], capture_output=True, text=True, timeout=30,
+                             check=False)
     assert version.returncode == 0 and version.stdout.startswith("podman version")
 
 

@@ -207,7 +207,7 @@ def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
 
 def test_per_shape_verdicts_differ_by_shape():
     j = st.judge(make_run({"baseline": {}, "d": drafter(speedup={"prose": 1.5, "echo": 1.0, "identity": 0.7,
-                                                                  "structured": 1.0})}), n_boot=300)
+                                                                 "structured": 1.0})}), n_boot=300)
     verdicts = {s: r["verdict"] for s, r in j["configs"]["d"]["shapes"].items()}
     assert verdicts == {"prose": "win", "echo": "no difference", "structured": "no difference", "identity": "loss"}
 
