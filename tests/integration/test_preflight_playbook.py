@@ -106,5 +106,5 @@ def test_the_build_record_on_the_host_sets_the_rules(preflight: tuple[dict, str,
     assert [w["code"] for w in old["mtp-old-name"]["warnings"]] == ["old-build"]
     # inventory wins over the record
     _dummy, pinned_table = run_preflight(demo_cache, "-e", f"spec_preflight_build_record={record}",
-                                    "-e", "specdec_llamacpp_build=b10133")
+                                         "-e", "specdec_llamacpp_build=b10133")
     assert pinned_table.splitlines()[-1] == "llama.cpp build: b10133, from inventory (specdec_llamacpp_build)"
