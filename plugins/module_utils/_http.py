@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import math
 import re
 import socket
 import ssl
@@ -297,11 +298,12 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
     origin; ``total_timeout`` None is ``timeout`` + :data:`TOTAL_GRACE`. Raises :class:`HttpError`
     with the URL redacted.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout <= 0:
         raise HttpError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     if total_timeout is None:
         total_timeout = timeout + TOTAL_GRACE
-    if isinstance(total_timeout, bool) or not isinstance(total_timeout, (int, float)) or not total_timeout > 0:
+    if (isinstance(total_timeout, bool) or not isinstance(total_timeout, (int, float)) or math.isnan(total_timeout)
+            or total_timeout <= 0):
         raise HttpError(f"total_timeout: expected a number of seconds > 0, got {total_timeout!r}")
     drop = CREDENTIAL_HEADERS | {h.lower() for h in sensitive}
     hdrs = checked_headers(headers or {})

@@ -1043,7 +1043,7 @@ def propose_fixes(target_facts: Mapping[str, Any] | Model, draft_facts: Mapping[
     if len(t_devices) >= 2:
         found = _best_split(target, draft, cfg, t_devices)
         if found:
-            counts, new = found
+            counts, new = found[0], found[1]
             ts = ",".join(str(c) for c in counts)
             moved = ", ".join(f"{d}: {len(new['target']['layer_devices'].get(d, []))} layer slots" for d in t_devices)
             fixes.append(_fix("tensor_split", ["-ts", ts], {"tensor_split": list(counts)}, new,
