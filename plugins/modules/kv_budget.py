@@ -181,7 +181,7 @@ options:
     elements: str
   devices:
     description:
-      - Device memory facts, as M(llmfleet.specdec.gpu_facts) returns them under C(devices)
+      - Device memory facts, as M(llmfleet.specdec.gpu_info) returns them under C(devices)
         (C(index), C(name), C(backend), C(total_bytes), C(free_bytes), C(usable_bytes)...).
       - Each device's llama.cpp name is its C(llama_device) key, else C(CUDA<index>) for backend
         C(cuda), C(ROCm<index>) for C(rocm), C(Vulkan<index>) for C(vulkan). A device named C(CPU)
@@ -219,14 +219,14 @@ notes:
     (2560 cells, 50 MiB at one slot).
 seealso:
   - module: llmfleet.specdec.gguf_info
-  - module: llmfleet.specdec.gpu_facts
+  - module: llmfleet.specdec.gpu_info
 author:
   - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Read the devices
-  llmfleet.specdec.gpu_facts:
+  llmfleet.specdec.gpu_info:
   register: gpus
 
 - name: Will the DSpark drafter fit next to the target at the full window?
@@ -237,7 +237,7 @@ EXAMPLES = r"""
     parallel: 1
     device: [CUDA0, CUDA1]
     draft_device: [CUDA1]
-    devices: "{{ gpus.devices }}"
+    devices: "{{ gpus.gpu_info.devices }}"
   register: budget
 
 - name: Stop with the fixes, in the field notes' order

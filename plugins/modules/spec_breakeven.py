@@ -99,7 +99,7 @@ notes:
   - The counters behind step 0 run from server start; for a clean number read them on a server
     that has served the traffic you care about.
 seealso:
-  - module: llmfleet.specdec.gpu_facts
+  - module: llmfleet.specdec.gpu_info
 author:
   - llmfleet.specdec maintainers (!UNKNOWN)
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: gpu_facts
+module: gpu_info
 short_description: Report each GPU's name and total, free and used memory, APU shared memory included
 version_added: 0.1.0
 description:
@@ -20,9 +20,12 @@ description:
   - The same device seen by several sources (matched by PCI address) is reported once, from the
     first of nvidia-smi, amd-smi, rocm-smi, sysfs; C(seen_by) lists them all and C(by_source) keeps
     each source's own view.
-  - A tool that prints something unexpected lands in RV(gpu_facts.errors) with the tool and the
+  - A tool that prints something unexpected lands in RV(gpu_info.errors) with the tool and the
     line named; O(strict) turns that into a failure.
   - Only reads; changes nothing anywhere.
+  - Formerly C(gpu_facts). It returns no C(ansible_facts), so by Ansible's convention it is an C(_info) module.
+    M(llmfleet.specdec.gpu_facts) still runs this module, with a deprecation warning, and RV(gpu_facts) carries the
+    same data as RV(gpu_info) for playbooks that read it.
 options:
   tools:
     description:
@@ -59,21 +62,25 @@ author:
 
 EXAMPLES = r"""
 - name: What GPUs does this host have, and how much memory is free?
-  llmfleet.specdec.gpu_facts:
+  llmfleet.specdec.gpu_info:
   register: gpus
 
 - name: Largest free pool
   ansible.builtin.debug:
-    msg: "{{ gpus.gpu_facts.devices | map(attribute='usable_free_bytes') | max | human_readable }}"
+    msg: "{{ gpus.gpu_info.devices | map(attribute='usable_free_bytes') | max | human_readable }}"
 
 - name: Only NVIDIA, and fail if nvidia-smi is missing or prints something unexpected
-  llmfleet.specdec.gpu_facts:
+  llmfleet.specdec.gpu_info:
     tools: [nvidia-smi]
     strict: true
 """
 
 RETURN = r"""
 gpu_facts:
+  description: The same dict as RV(gpu_info), kept for playbooks written for the old module name; deprecated, read RV(gpu_info).
+  returned: success
+  type: dict
+gpu_info:
   description: The devices found and how they were found.
   returned: success
   type: dict
@@ -142,7 +149,7 @@ def gather(module: AnsibleModule) -> dict:
         meminfo=p["meminfo"],
     )
     if facts["errors"] and (p["strict"] or not facts["devices"]):
-        module.fail_json(msg="; ".join(facts["errors"]), gpu_facts=facts)
+        module.fail_json(msg="; ".join(facts["errors"]), gpu_info=facts, gpu_facts=facts)
     return facts
 
 
@@ -152,7 +159,7 @@ def main() -> None:
         facts = gather(module)
     except SpecdecError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, gpu_facts=facts)
+    module.exit_json(changed=False, gpu_info=facts, gpu_facts=facts)
 
 
 if __name__ == "__main__":
