@@ -46,7 +46,8 @@ tools: $(TOOLS)/.installed
 conventions: tools collection
 	$(PY) tests/sanity/conventions.py
 	tests/sanity/ansible_test.sh $(TOOLS)/bin/python
-	cd $(COLL) && $(TOOLS)/bin/ansible-lint --profile production
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build/collections:$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	  $(TOOLS)/bin/ansible-lint --profile production
 	tests/sanity/galaxy_import.sh $(TOOLS)/bin/python
 
 # ansible and python both find the collection as ansible_collections.llmfleet.specdec through this link.
