@@ -46,7 +46,8 @@ tools: $(TOOLS)/.installed
 conventions: tools collection
 	$(PY) tests/sanity/conventions.py
 	tests/sanity/ansible_test.sh $(TOOLS)/bin/python
-	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build/collections:$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	# ANSIBLE_HOME keeps ansible-lint's copy of the collection in .ansible/ here (ignored), not in ~/.ansible
+	ANSIBLE_HOME=$(CURDIR)/.ansible ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build/collections:$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	  $(TOOLS)/bin/ansible-lint --profile production
 	tests/sanity/galaxy_import.sh $(TOOLS)/bin/python
 
