@@ -80,8 +80,8 @@ def test_awx_modules_accept_every_option_given() -> None:
     tasks = [t for block in play["tasks"] for t in block.get("block", [block])]
     used = {(name, frozenset(args)) for t in tasks for name, args in t.items() if name.startswith("awx.awx.")}
     assert {name for name, _dummy in used} >= {"awx.awx.project", "awx.awx.job_template", "awx.awx.schedule",
-                                                    "awx.awx.workflow_job_template", "awx.awx.credential_type",
-                                                    "awx.awx.credential", "awx.awx.execution_environment"}
+                                               "awx.awx.workflow_job_template", "awx.awx.credential_type",
+                                               "awx.awx.credential", "awx.awx.execution_environment"}
     for name, args in used:
         proc = subprocess.run([str(BIN / "ansible-doc"), "-j", name], env=ansible_env(), capture_output=True,
                               text=True, timeout=120, check=False)
