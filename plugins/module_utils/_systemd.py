@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,
@@ -235,18 +236,20 @@ def effective_env(base: Mapping[str, str], config: EnvConfig | None) -> Dict[str
 
 
 def endpoint_of(env: Mapping[str, str], unit: str) -> Tuple[str, int]:
-    """Where to reach llama-server from the host itself: (host, port) from LLAMA_ARG_HOST/PORT."""
-    raw_port = env.get("LLAMA_ARG_PORT", "").strip()
+    """Where to reach the server from the host itself: (host, port) from LLAMA_ARG_HOST/PORT (vLLM units:
+    VLLM_SERVE_HOST/PORT, see _endpoint_env)."""
+    host_name, port_name = endpoint_names(env)
+    raw_port = env.get(port_name, "").strip()
     if raw_port:
         match = re.match(r"[+-]?\d+", raw_port)  # std::stoi reads leading digits
         port = int(match.group(0)) if match else -1
         if not 0 < port < 65536:
-            raise UnitOverrideError(f"{unit}: LLAMA_ARG_PORT={raw_port!r} is not a TCP port (1-65535)")
+            raise UnitOverrideError(f"{unit}: {port_name}={raw_port!r} is not a TCP port (1-65535)")
     else:
         port = DEFAULT_PORT
-    host = env.get("LLAMA_ARG_HOST", "").strip() or DEFAULT_HOST
+    host = env.get(host_name, "").strip() or DEFAULT_HOST
     if host.endswith(".sock"):
-        raise UnitOverrideError(f"{unit}: LLAMA_ARG_HOST={host} is a unix socket; unit_override checks health "
+        raise UnitOverrideError(f"{unit}: {host_name}={host} is a unix socket; unit_override checks health "
                                 "over TCP, so serve on a TCP address for A/B runs")
     if host in ("0.0.0.0", "*"):
         host = "127.0.0.1"

@@ -107,8 +107,8 @@ notes:
     interpreter when it and every directory above it belong to root and are not group- or world-writable,
     else C(/usr/bin/python3). If neither is, O(rollback_after) fails naming the problem (a venv owned by the
     login user is the usual case).
-  - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT)), after the
-    candidate's env is layered on; a wildcard host is checked on loopback.
+  - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT); a vLLM unit's
+    C(VLLM_SERVE_HOST), C(VLLM_SERVE_PORT)), after the candidate's env is layered on; a wildcard host is checked on loopback.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).
 author:
   - llmfleet.specdec maintainers (!UNKNOWN)

@@ -219,7 +219,8 @@ def test_zealot_archived_vllm_unit(rendered):
         "--attention-backend", "flash_attn", "--max-num-batched-tokens", "32768", "--kv-cache-dtype", "fp8",
         "--gpu-memory-utilization", "0.95"]
     assert env["VLLM_SERVE_MODEL"] == "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit"
-    assert (env["LLAMA_ARG_HOST"], env["LLAMA_ARG_PORT"]) == ("127.0.0.1", "8000")
+    assert (env["VLLM_SERVE_HOST"], env["VLLM_SERVE_PORT"]) == ("127.0.0.1", "8000")
+    assert "LLAMA_ARG_HOST" not in env and "LLAMA_ARG_PORT" not in env
     assert not (rendered / "frank-dragoon" / "vllm.service").exists()
     # docker keeps the container under its own scope: no --cgroups=split to ask for, no cgroup to delegate
     assert "--cgroups=split" not in argv
