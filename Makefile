@@ -10,7 +10,7 @@ export LLMFLEET_CACHE := $(CACHE)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection llama-server models win-models benchmark-calibration demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
+.PHONY: all venv collection tools conventions llama-server models win-models benchmark-calibration demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
 
 all: test
 
@@ -24,6 +24,32 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Maintainer tools (requirements-lint.txt) in their own venv, cached outside the repository by a hash of that file,
+# so a change of pin builds a fresh one and the heavy ansible-lint and galaxy-importer never enter .venv.
+# shellcheck (a Debian package) is what ansible-test's shellcheck sanity test runs; without it that test is skipped.
+TOOLS := $(CACHE)/tools-$(shell sha256sum requirements-lint.txt | cut -c1-12)
+$(TOOLS)/.installed: requirements-lint.txt
+	@command -v shellcheck >/dev/null || { echo "installing shellcheck with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }
+	rm -rf $(TOOLS)
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install -q --upgrade pip
+	$(TOOLS)/bin/python -m pip install -q -r requirements-lint.txt
+	touch $@
+
+tools: $(TOOLS)/.installed
+
+# The ecosystem's own checks: ansible-test sanity (offline: tests/sanity/ansible_test.sh), ansible-lint with the
+# production profile, galaxy-importer on the built tarball, and the project's check that every file has its
+# license header and every plugin its documentation.
+conventions: tools collection
+	$(PY) tests/sanity/conventions.py
+	tests/sanity/ansible_test.sh $(TOOLS)/bin/python
+	# ANSIBLE_HOME keeps ansible-lint's copy of the collection in .ansible/ here (ignored), not in ~/.ansible
+	ANSIBLE_HOME=$(CURDIR)/.ansible ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build/collections:$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+	  $(TOOLS)/bin/ansible-lint --profile production
+	tests/sanity/galaxy_import.sh $(TOOLS)/bin/python
 
 # ansible and python both find the collection as ansible_collections.llmfleet.specdec through this link.
 collection: $(COLL)
@@ -75,6 +101,7 @@ test-integration: venv collection llama-server
 test: venv collection llama-server
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
+	$(MAKE) --no-print-directory conventions
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory molecule-build
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests

@@ -64,7 +64,7 @@ def beds(threads: int) -> dict[str, dict[str, Any]]:
                 "twin": {"env": TWIN_ENV},
                 "draft-n4": draft_config(win / "draft-win.gguf", 4),
                 "noisy-n8": draft_config(win / "draft-win-noisy.gguf", 8, ["--spec-draft-n-min", "8",
-                                                                         "--spec-draft-p-min", "0"]),
+                                                                           "--spec-draft-p-min", "0"]),
             },
         },
     }
@@ -185,7 +185,7 @@ def print_prediction(run: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--tiny-runs", type=int, default=40)
     ap.add_argument("--win-runs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

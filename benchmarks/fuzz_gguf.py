@@ -106,7 +106,7 @@ def random_scalar(rng: random.Random, vtype: int) -> Any:
 
 def random_string(rng: random.Random) -> bytes:
     return rng.choice([b"", b"llama", b"gpt2", b"\xff\xfe", b"\xc3", "é✓".encode(), b"a\0b", b"x" * rng.randint(0, 300),
-                       bytes(rng.randrange(256) for _ in range(rng.randint(1, 12)))])
+                       bytes(rng.randrange(256) for _dummy in range(rng.randint(1, 12)))])
 
 
 def random_value(rng: random.Random, depth: int = 0) -> tuple[int, Any]:
@@ -120,12 +120,12 @@ def random_value(rng: random.Random, depth: int = 0) -> tuple[int, Any]:
         if et == VT.ARRAY:
             sub = rng.choice([t for t in VT if t != VT.ARRAY])
             items = [(sub, [random_scalar(rng, sub) if sub != VT.STRING else random_string(rng)
-                            for _ in range(rng.randint(0, 5))]) for _ in range(min(n, 6))]
+                            for _dummy in range(rng.randint(0, 5))]) for _dummy in range(min(n, 6))]
             return vtype, (et, items)
         if et == VT.STRING:
             return vtype, (et, [random_string(rng) if rng.random() < 0.05 else b"t%d" % i for i in range(n)])
         one = random_scalar(rng, et)
-        return vtype, (et, [one if rng.random() < 0.7 else random_scalar(rng, et) for _ in range(n)])
+        return vtype, (et, [one if rng.random() < 0.7 else random_scalar(rng, et) for _dummy in range(n)])
     return vtype, random_scalar(rng, vtype)
 
 
@@ -138,11 +138,11 @@ def synthetic_seed(rng: random.Random) -> dict[str, Any]:
                                        (f"{arch}.context_length", VT.UINT32, 4096),
                                        (f"{arch}.attention.head_count", VT.UINT32, 4),
                                        (f"{arch}.attention.head_count_kv", VT.ARRAY, (VT.UINT32, [rng.choice([0, 2])
-                                                                                            for _ in range(n_layer)])),
+                                                                                                  for _dummy in range(n_layer)])),
                                        (f"{arch}.nextn_predict_layers", VT.UINT32, rng.choice([0, 1])),
                                        (f"{arch}.attention.sliding_window", VT.UINT32, 1024),
                                        (f"{arch}.attention.sliding_window_pattern", VT.ARRAY,
-                                        (VT.BOOL, [rng.random() < 0.5 for _ in range(n_layer)])),
+                                        (VT.BOOL, [rng.random() < 0.5 for _dummy in range(n_layer)])),
                                        ("tokenizer.ggml.model", VT.STRING, "gpt2"),
                                        ("tokenizer.ggml.pre", VT.STRING, "gpt-2"),
                                        ("tokenizer.ggml.tokens", VT.ARRAY, (VT.STRING, [b"<s>", b"a", b"\xc3", "é".encode()])),
@@ -188,8 +188,8 @@ def mutate_structure(rng: random.Random, seed: dict[str, Any]) -> dict[str, Any]
     seed = dict(seed, kvs=list(seed["kvs"]), tensors=list(seed["tensors"]))
     arch = next((v for k, t, v in seed["kvs"] if k == "general.architecture" and t == VT.STRING), "llama")
     arch = arch.decode("utf-8", "replace") if isinstance(arch, bytes) else arch
-    for _ in range(rng.randint(1, 3)):
-        key = rng.choice([f"{arch}.{k}" for k in ARCH_KEYS] + TOKENIZER_KEYS + [k for k, _, _ in seed["kvs"]])
+    for _dummy in range(rng.randint(1, 3)):
+        key = rng.choice([f"{arch}.{k}" for k in ARCH_KEYS] + TOKENIZER_KEYS + [k for k, _dummy, _dummy in seed["kvs"]])
         roll = rng.random()
         if roll < 0.35:
             value = random_value(rng)
@@ -214,7 +214,7 @@ def mutate_structure(rng: random.Random, seed: dict[str, Any]) -> dict[str, Any]
 
 def mutate_bytes(rng: random.Random, data: bytes, order: str) -> bytes:
     buf = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
+    for _dummy in range(rng.randint(1, 4)):
         if not buf:
             break
         pos = rng.randrange(len(buf))
@@ -230,7 +230,7 @@ def mutate_bytes(rng: random.Random, data: bytes, order: str) -> bytes:
         elif kind < 0.8:
             del buf[pos:pos + rng.randint(1, 16)]
         elif kind < 0.9:
-            buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+            buf[pos:pos] = bytes(rng.randrange(256) for _dummy in range(rng.randint(1, 16)))
         else:
             span = buf[pos:pos + rng.randint(1, 64)]
             buf[rng.randrange(len(buf)):0] = span
@@ -247,7 +247,7 @@ class Cases:
         self.vocab = vocab_seeds(vocab_paths)
         self.vocab_paths = vocab_paths
         base = random.Random(seed)
-        self.synthetic = [synthetic_seed(base) for _ in range(24)]
+        self.synthetic = [synthetic_seed(base) for _dummy in range(24)]
         # truncation at every offset of a few seeds (both byte orders, v2 and v3, one vocabulary file)
         self.cut_seeds = [encode(s) for s in self.synthetic[:4]] + [encode(s) for s in self.vocab[:1]]
         self.cut_total = sum(len(b) for b in self.cut_seeds)
@@ -393,8 +393,8 @@ def table(r: dict[str, Any]) -> str:
             ("memory error", f"{c['memory error']:,}", f"goal: 0 (cap {r['mem_cap_mib']} MiB per worker)"),
             ("peak RSS (MiB)", f"{r['peak_rss_mib']:.0f}", f"largest worker, {r['jobs']} workers"),
             ("wall time (s)", f"{r['wall_s']:.0f}", "")]
-    w = max(len(n) for n, _, _ in rows)
-    v = max(len(x) for _, x, _ in rows)
+    w = max(len(n) for n, _dummy, _dummy in rows)
+    v = max(len(x) for _dummy, x, _dummy in rows)
     lines = [f"{'measure':<{w}}  {'value':>{v}}  note", f"{'-' * w}  {'-' * v}  ----"]
     lines += [f"{n:<{w}}  {x:>{v}}  {note}".rstrip() for n, x, note in rows]
     return "\n".join(lines)

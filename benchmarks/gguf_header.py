@@ -70,7 +70,7 @@ def reference(path: str) -> tuple[int, int, int]:
 
 def best_of(n: int, fn, *args):
     best, result = float("inf"), None
-    for _ in range(n):
+    for _dummy in range(n):
         t0 = time.perf_counter()
         result = fn(*args)
         best = min(best, time.perf_counter() - t0)

@@ -58,7 +58,7 @@ def many_keys(path: Path) -> None:
 
 def nested_arrays(path: Path) -> None:
     n = 30_000
-    inner = b"".join(struct.pack("<IQ", 0, 2) + b"\x01\x02" for _ in range(n))
+    inner = b"".join(struct.pack("<IQ", 0, 2) + b"\x01\x02" for _dummy in range(n))
     kv = _s("<", b"t.nested") + struct.pack("<IIQ", 9, 9, n) + inner
     path.write_bytes(_head("<", 0, 1) + kv)
 

@@ -56,7 +56,7 @@ def maybe_crash():
         if seen[pid] < NTH:
             return
         os.kill(pid, signal.SIGSEGV)
-        for _ in range(200):
+        for _dummy in range(200):
             if not os.path.exists(f"/proc/{pid}"):
                 break
             time.sleep(0.05)

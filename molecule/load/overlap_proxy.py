@@ -76,7 +76,7 @@ class Proxy(BaseHTTPRequestHandler):
                 mode = marker(pid) if pid else None
                 if overlapped and mode == "crash-under-load" and pid not in crashed:
                     os.kill(pid, signal.SIGSEGV)
-                    for _ in range(200):
+                    for _dummy in range(200):
                         if not os.path.exists(f"/proc/{pid}"):
                             break
                         time.sleep(0.05)

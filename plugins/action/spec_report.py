@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller side of the A/B protocol: judge a run and write report.json, report.md, PNG plots and the host's history.
 from __future__ import annotations
 
@@ -15,19 +17,8 @@ from ansible.release import __version__ as ansible_version
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _report, _stats
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
+from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
-
-ARGUMENT_SPEC: dict[str, Any] = {
-    "run": {"type": "dict", "required": True},
-    "results_dir": {"type": "path", "default": "results"},
-    "d_s_ms": {"type": "raw"},
-    "plots": {"type": "bool", "default": True},
-    "history": {"type": "bool", "default": True},
-    "environment": {"type": "dict", "default": {}},
-    "bootstrap_resamples": {"type": "int", "default": 2000},
-    "seed": {"type": "int", "default": 0},
-    "stats_key": {"type": "str", "default": "specdec_ab"},
-}
 
 
 def _d_s(value: Any) -> float | dict[str, float] | None:
@@ -80,7 +71,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         run = dict(args["run"])
         if not run.get("host"):
             run["host"] = task_vars.get("inventory_hostname")

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller-side filters for the A/B role: sweep expansion, the rotated schedule, and step 0's counters.
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list
             env = dict(config.get("env") or {})
             env.update({k: str(v) for k, v in zip(keys, values)})
             name = config["name"] + ("@" + ",".join(f"{k.replace('LLAMA_ARG_', '').lower()}={v}"
-                                                   for k, v in zip(keys, values)) if keys else "")
+                                                    for k, v in zip(keys, values)) if keys else "")
             if name in names:
                 raise AnsibleFilterError(f"specdec_configs: two configs are named {name!r}")
             names.add(name)

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filters exposing the speculative-decoding break-even arithmetic (the same code as spec_breakeven) to templates.
 """Speculative-decoding arithmetic for templates (step times in ms, rates in tok/s).
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filters exposing the llama.cpp build plan (cmake invocation, script, record, retention) from _build.py to role llamacpp_build.
 """llama.cpp builds as data, for templates and tasks (the same code the unit tests render).
 

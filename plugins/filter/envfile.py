@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filters exposing the env-file rules (_envfile.py) to the serving roles' templates and checks.
 """Env files for templates: the same code ``unit_override`` writes and reads them with.
 

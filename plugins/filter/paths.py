@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filter exposing the report's safe_name to playbooks and roles: every path built from a host name or run id.
 """``inventory_hostname | llmfleet.specdec.safe_name('inventory_hostname')``: the name itself when it can be one
 path component, else the task fails naming the variable and what to change (before anything is written)."""

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller-side filters for promote.yml and role llamacpp_serve: a measured winner, kept across deploys.
 """A promotion is a record on the host (``<env dir>/<unit>.promoted.json``) plus a block in the base env file.
 

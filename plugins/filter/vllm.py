@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filters exposing the collection's vLLM --speculative-config code (_vllm.py) to role vllm_serve and to inventory.
 """vLLM's speculative config for templates - the same code spec_lint uses, never a second copy.
 
@@ -62,7 +64,7 @@ def vllm_speculative_config(spec: dict[str, Any] | None, legacy_flags: list[Any]
 
 def vllm_speculative_warnings(spec: dict[str, Any] | None, legacy_flags: list[Any] | None = None,
                               vllm_version: Any = None, attention_backend: str | None = None) -> list[str]:
-    _, result = _findings(spec, legacy_flags, vllm_version, attention_backend)
+    _dummy, result = _findings(spec, legacy_flags, vllm_version, attention_backend)
     return [f"{w['code']}: {w['reason']} (fix: {w['fix']})" for w in result["warnings"]]
 
 

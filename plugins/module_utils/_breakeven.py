@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the "is it worth it?" arithmetic of speculative decoding, against the incumbent.
 """Break-even arithmetic for a drafter, from the field notes' "Is it worth it?" section.
 
@@ -112,7 +114,7 @@ def expected_accepted(p: float, k: int) -> float:
     p = check_p(p)
     k = check_k(k)
     total, term = 0.0, 1.0
-    for _ in range(k + 1):
+    for _dummy in range(k + 1):
         total += term
         term *= p
     return total
@@ -140,7 +142,7 @@ def breakeven_p(k: int, d_s: float, t_s: float, incumbent_rate: float,
     if needed > k + 1:
         return None
     lo, hi = 0.0, 1.0
-    for _ in range(200):
+    for _dummy in range(200):
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi):
             break
@@ -301,7 +303,7 @@ def parse_spec_counters(text: str) -> dict[str, Any]:
     summed over label sets (vLLM labels each engine). Counters run from server start.
     """
     samples = parse_prometheus(text)
-    names = {name for name, _, _ in samples}
+    names = {name for name, _dummy, _dummy in samples}
     engine = None
     for candidate, prefix in _ENGINES.items():
         if any(n.startswith(prefix) for n in names):

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: llama.cpp builds per backend - cmake invocations, toolkit rules, build records, retention.
 """How llama.cpp is built for one host, as data.
 

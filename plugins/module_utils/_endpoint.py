@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: HTTP to one running llama-server or vLLM endpoint, and the bench that measures it (no decisions).
 """A small client for the server a host runs, and the measuring loop of spec_bench.
 
@@ -558,7 +560,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
                                         "those are returned in bench)", document(None), cause) from None
         if reason is not None:
             rejected.append({**{key: record[key] for key in ("shape", "prompt_index", "repeat", "prompt_sha256",
-                                                          "metrics_delta")}, "reason": reason})
+                                                             "metrics_delta")}, "reason": reason})
             continue
         requests.append(record)
     if rejected:

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: systemd's EnvironmentFile= syntax, the one place env files are written and read.
 """Env files exactly as systemd reads them, and values written so that systemd passes them on unchanged.
 
@@ -295,7 +297,7 @@ def read_env_text(text: str, source: str) -> List[Tuple[str, str]]:
     variable set twice) refused, naming the line."""
     if "\x00" in text:
         raise EnvFileError(f"{source}: contains a NUL byte, where systemd stops reading; remove it")
-    assignments, ignored, state, _ = _parse(text)
+    assignments, ignored, state, _dummy = _parse(text)
     for number in ignored:
         if number < 0:
             raise EnvFileError(f"{source} line {-number}: a comment ends in a backslash, which systemd 252 reads as "
@@ -325,7 +327,7 @@ def read_env_values(text: str) -> Dict[str, str]:
     """Lenient reading (a deployed base env, for its port and host): what systemd would pass on, later
     assignments winning, names systemd would drop left out."""
     values: Dict[str, str] = {}
-    for key, value, _ in parse_env_text(text):
+    for key, value, _dummy in parse_env_text(text):
         if NAME_RE.match(key):
             values[key] = value
     return values

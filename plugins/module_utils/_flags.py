@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: llama-server flags and their LLAMA_ARG_* names; a config as flags or env, parsed and rendered.
 """llama-server's command line as data, and a config given as flags or environment as one dict.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: a streaming GGUF header reader (local file or HTTP ranges), standard library only.
 """Read the header of a GGUF file — key/values and the tensor-info table — and nothing else.
 
@@ -269,7 +271,8 @@ class HttpSource:
     def _read_stream(self, offset: int, size: int, need: int) -> bytes:
         if offset != self._stream_pos:
             raise GGUFFetchError(f"{self.name}: internal error: non-sequential read of a streamed body")
-        assert self._stream is not None
+        if self._stream is None:  # the caller opened it; a raise, unlike assert, survives python -O
+            raise AssertionError(f"{self.name}: internal error: streamed read without a stream")
         data = self._body(self._stream, size, need)
         self._stream_pos += len(data)
         self.bytes_read += len(data)
@@ -306,7 +309,7 @@ def _array_span(buf: Any, order: str, pos: int) -> tuple[ValueType, int, int, in
         return elem_type, count, start, _strings_end(buf, order, start, count)
     if elem_type == ValueType.ARRAY:
         end = start
-        for _ in range(count):
+        for _dummy in range(count):
             end = _array_span(buf, order, end)[3]
         return elem_type, count, start, end
     return elem_type, count, start, start + count * _SCALAR[elem_type][1]
@@ -314,7 +317,7 @@ def _array_span(buf: Any, order: str, pos: int) -> tuple[ValueType, int, int, in
 
 def _strings_end(buf: Any, order: str, pos: int, count: int) -> int:
     unpack = struct.Struct(order + "Q").unpack_from
-    for _ in range(count):
+    for _dummy in range(count):
         pos += 8 + unpack(buf, pos)[0]
     return pos
 
@@ -353,7 +356,7 @@ class Array:
         buf = self._buf
         unpack = struct.Struct(self._order + "Q").unpack_from
         pos = self.start
-        for _ in range(self.count if limit is None else min(limit, self.count)):
+        for _dummy in range(self.count if limit is None else min(limit, self.count)):
             (length,) = unpack(buf, pos)
             yield pos + 8, length
             pos += 8 + length
@@ -363,7 +366,7 @@ class Array:
         if self.elem_type != ValueType.ARRAY:
             raise TypeError("iter_arrays() needs an ARRAY array")
         pos = self.start
-        for _ in range(self.count if limit is None else min(limit, self.count)):
+        for _dummy in range(self.count if limit is None else min(limit, self.count)):
             elem_type, count, start, end = _array_span(self._buf, self._order, pos)
             yield Array(elem_type, count, start, end, self._buf, self._order)
             pos = end
@@ -518,7 +521,7 @@ class TensorInfo:
 
     @property
     def n_bytes(self) -> int:
-        _, block, size = GGML_TYPES[self.ggml_type]
+        _dummy, block, size = GGML_TYPES[self.ggml_type]
         return self.n_elements // block * size
 
     def as_dict(self) -> dict[str, Any]:
@@ -574,7 +577,7 @@ def encode_value(vtype: ValueType, value: Any) -> bytes:
             return struct.pack("<IQ", value.elem_type, value.count) + value.canonical_bytes()
         elem_type, items = value
         return struct.pack("<IQ", elem_type, len(items)) + b"".join(encode_value(elem_type, v) for v in items)
-    fmt, _ = _SCALAR[vtype]
+    fmt, _dummy = _SCALAR[vtype]
     return struct.pack("<" + fmt, value)
 
 
@@ -714,7 +717,7 @@ class _Parser:
         if elem_type == ValueType.ARRAY:
             count, p = self.read_count(p, 12, "nested array")
             start = p
-            for _ in range(count):  # validated now, kept as a view: elements are found again on demand
+            for _dummy in range(count):  # validated now, kept as a view: elements are found again on demand
                 p = self.read_array(p, depth + 1)[1]
             return Array(elem_type, count, start, p, self.buf.data, self.order), p
         size = _SCALAR[elem_type][1]
@@ -790,7 +793,7 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         raise p.fail(16, f"key/value count {hdr.kv_count} is more than this reader accepts ({MAX_KV_COUNT}); "
                          "real models have a few dozen keys, so the header is corrupt")
 
-    for _ in range(hdr.kv_count):
+    for _dummy in range(hdr.kv_count):
         at = pos
         key, pos = p.read_str(pos, "key")
         if key in hdr.kv:
@@ -826,7 +829,7 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
             raise p.fail(pos - 4, f"tensor {tname!r} has {n_dims} dimensions; ggml allows 1 to {GGML_MAX_DIMS}")
         dims = []
         n_elem = 1
-        for _ in range(n_dims):
+        for _dummy in range(n_dims):
             d, pos = p.read_u64(pos)
             if d > INT64_MAX:
                 raise p.fail(pos - 8, f"tensor {tname!r} has a negative dimension ({d - (1 << 64)})")

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: per-device GPU memory facts from nvidia-smi, amd-smi, rocm-smi and amdgpu sysfs.
 """Parsers for what GPU tools print, and the sysfs reader, each returning a list of device dicts:
 
@@ -13,6 +15,7 @@ without a GPU.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -569,14 +572,14 @@ def collect(tools: Iterable[str], find_tool: Callable[[str], str | None],
                 if tool in required:
                     errors.append(f"sysfs: no {os.path.join(sysfs_root, 'class', 'drm')} on this host")
                 continue
-            runner = lambda: read_sysfs(sysfs_root)  # noqa: E731
+            runner = functools.partial(read_sysfs, sysfs_root)
         else:
             path = find_tool(tool)
             if path is None:
                 if tool in required:
                     errors.append(f"{tool}: not installed (not on PATH nor in {', '.join(ROCM_BIN_DIRS)})")
                 continue
-            runner = lambda t=tool, p=path: queries[t](p, run_tool)  # noqa: E731
+            runner = functools.partial(queries[tool], path, run_tool)
         try:
             found = runner()
         except GPUToolError as exc:

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the host's own A/B state (safe path names, history lines) and the per-unit A/B lock.
 """The host is the source of truth for its A/B runs, so two things live here, on the host, stdlib only.
 
@@ -133,7 +135,7 @@ def timer_armed(unit: str, run: Runner) -> bool:
     """Whether the unit's dead-man timer waits to fire (a dead run's candidate may still serve)."""
     timer = override_paths(service_name(unit)).timer
     try:
-        rc, out, _ = run(["systemctl", "is-active", timer])
+        rc, out, _dummy = run(["systemctl", "is-active", timer])
     except OSError:
         return False
     return rc == 0 and out.strip() in ("active", "activating")

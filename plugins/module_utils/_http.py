@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: HTTP with a total deadline, capped bodies, credential-safe redirects, redacted URLs (stdlib).
 """One HTTP client for every module that talks to a server, so that a hostile server costs bounded time and memory.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import math
 import re
 import socket
 import ssl
@@ -281,7 +284,7 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None
         return None
     if "://" not in proxy:
         proxy = "http://" + proxy
-    _, phost, pport = origin(proxy)
+    _dummy, phost, pport = origin(proxy)
     auth = _basic(urllib.parse.urlsplit(proxy))
     return phost, pport, ({"Proxy-Authorization": auth} if auth else {})
 
@@ -295,11 +298,12 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
     origin; ``total_timeout`` None is ``timeout`` + :data:`TOTAL_GRACE`. Raises :class:`HttpError`
     with the URL redacted.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout <= 0:
         raise HttpError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     if total_timeout is None:
         total_timeout = timeout + TOTAL_GRACE
-    if isinstance(total_timeout, bool) or not isinstance(total_timeout, (int, float)) or not total_timeout > 0:
+    if (isinstance(total_timeout, bool) or not isinstance(total_timeout, (int, float)) or math.isnan(total_timeout)
+            or total_timeout <= 0):
         raise HttpError(f"total_timeout: expected a number of seconds > 0, got {total_timeout!r}")
     drop = CREDENTIAL_HEADERS | {h.lower() for h in sensitive}
     hdrs = checked_headers(headers or {})
@@ -313,7 +317,7 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
     watchdog = _Watchdog(total_timeout)
     context: ssl.SSLContext | None = None
     try:
-        for _ in range(MAX_REDIRECTS + 1):
+        for _dummy in range(MAX_REDIRECTS + 1):
             label = f"{method} {redact_url(url)}"
             try:
                 parts = urllib.parse.urlsplit(url)

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the spec_lint rule engine — will this llama.cpp or vLLM config start, and will speculation run?
 """Predict, from llama.cpp's own source, what llama-server does with a speculative config.
 
@@ -341,7 +343,6 @@ def _draft_load_stage(run: _Run, config: Mapping[str, Any], draft: Mapping[str, 
         f"use a {arch} draft GGUF converted with its {key}"))
 
 
-
 def _context_stage(run: _Run, enabled: list[str], config: Mapping[str, Any], target: Mapping[str, Any] | None,
                    draft: Mapping[str, Any] | None) -> tuple[bool, Mapping[str, Any] | None, str]:
     """common_speculative_init_result: (context exists, the model it was built from, label)."""
@@ -492,7 +493,7 @@ def _implementation_stage(run: _Run, enabled: list[str], config: Mapping[str, An
             failure, f = problem
             if len(drafters) > 1:
                 f = dict(f, reason=f["reason"] + f" (chain law: {', '.join(drafters)} are all context-backed and "
-                                                  "share the ONE draft context; one context-backed drafter per process)")
+                         "share the ONE draft context; one context-backed drafter per process)")
             if failure == "abort":
                 run.fatal(Outcome.ABORTS, f)
             else:
@@ -564,7 +565,8 @@ def _has_synth(config: Mapping[str, Any]) -> bool:
 
 def _impl_n_max(t: str, config: Mapping[str, Any], draft: Mapping[str, Any] | None) -> int:
     """impl->n_max as each constructor sets it (common_speculative_n_max over the built impls)."""
-    get = lambda k: config.get(k) if config.get(k) is not None else DEFAULTS[k]  # noqa: E731
+    def get(k):
+        return config.get(k) if config.get(k) is not None else DEFAULTS[k]
     if t in ("draft-dflash", "draft-dspark"):
         return min(get("draft_n_max"), _dflash_n_draft_max(t, draft))
     if t in CONTEXT_BACKED:
@@ -636,7 +638,8 @@ def _synth_problem(config: Mapping[str, Any], n_max: int) -> str | None:
 
 def _cost_stage(run: _Run, chain: list[str], config: Mapping[str, Any], target: Mapping[str, Any] | None,
                 draft: Mapping[str, Any] | None) -> None:
-    get = lambda k: config.get(k) if config.get(k) is not None else DEFAULTS[k]  # noqa: E731
+    def get(k):
+        return config.get(k) if config.get(k) is not None else DEFAULTS[k]
     if "ngram-mod" in chain and get("ngram_mod_n_match") < NGRAM_MOD_MIN_MATCH:
         run.warnings.append(finding(
             "ngram-mod-short-match",
@@ -682,7 +685,9 @@ def _recurrent_rules(run: _Run, chain: list[str], config: Mapping[str, Any], tar
     if not target or not target.get("recurrent_layers") or not chain:
         return
     arch = _arch(target)
-    get = lambda k: config.get(k) if config.get(k) is not None else DEFAULTS[k]  # noqa: E731
+
+    def get(k):
+        return config.get(k) if config.get(k) is not None else DEFAULTS[k]
     rs_types = [t for t in chain if t in NEEDS_RS_SEQ]
     n_rs = get("draft_n_max") if rs_types and arch in RS_ROLLBACK_ARCHS else 0
     ngram = [t for t in chain if t in DRAFTLESS]

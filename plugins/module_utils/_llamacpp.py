@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: llama.cpp's own rules — the draft/target vocabulary compatibility check.
 """llama.cpp's rules, as the pinned llama.cpp tree states them (llama-cpp-python 0.3.36's vendor/llama.cpp).
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: how llama.cpp's vocabulary loader reads a GGUF header, and when it refuses it.
 """llama_vocab::impl::load (src/llama-vocab.cpp of the pinned tree), step by step, on a parsed header.
 
@@ -82,7 +84,7 @@ def _get(hdr: GGUFHeader, key: str, vtype: ValueType, *, required: bool = False)
         return None
     if kv.vtype != vtype:
         raise _RefusedError(THROWS, f"key {key} has wrong type {_type_name(kv)} but expected type "
-                               f"{vtype.name.lower()}; rewrite it as {vtype.name.lower()}")
+                            f"{vtype.name.lower()}; rewrite it as {vtype.name.lower()}")
     return kv.value
 
 
@@ -132,7 +134,7 @@ def _load(hdr: GGUFHeader, out: dict[str, Any], keep_texts: bool) -> None:
     out["tokenizer_model"], out["pre"] = model, pre or None
     if model not in _MODELS:
         raise _RefusedError(THROWS, f"unknown tokenizer: '{model}' (tokenizer.ggml.model); this llama.cpp knows "
-                               f"{', '.join(sorted(_MODELS))}")
+                            f"{', '.join(sorted(_MODELS))}")
     vtype, bos, eos = _MODELS[model]
     out["vocab_type"] = vtype
     if vtype == "NONE":
@@ -145,7 +147,7 @@ def _load(hdr: GGUFHeader, out: dict[str, Any], keep_texts: bool) -> None:
         merges = hdr.kv.get(P + "merges")
         if merges is None and not (model != "gemma4" and pre == "kimi-k2"):
             raise _RefusedError(THROWS, "cannot find tokenizer merges in model file (tokenizer.ggml.merges); a "
-                                   f"'{model}' vocabulary needs its merge list")
+                                f"'{model}' vocabulary needs its merge list")
         _array(hdr, P + "merges", (ValueType.STRING,))
     if model == "t5":
         _check_charsmap(hdr)
@@ -156,7 +158,7 @@ def _load(hdr: GGUFHeader, out: dict[str, Any], keep_texts: bool) -> None:
     if vtype == "BPE":
         if pre and pre not in KNOWN_PRE:
             raise _RefusedError(THROWS, f"unknown pre-tokenizer type: '{pre}' (tokenizer.ggml.pre); use one this "
-                                   "llama.cpp knows, or leave it out for 'default'")
+                                "llama.cpp knows, or leave it out for 'default'")
         if pre in _PRE_ADD_BOS:
             add_bos = True
         if pre in _PRE_NO_BOS:
@@ -167,21 +169,22 @@ def _load(hdr: GGUFHeader, out: dict[str, Any], keep_texts: bool) -> None:
     if tokens is None:
         raise _RefusedError(THROWS, "cannot find tokenizer vocab in model file (tokenizer.ggml.tokens)")
     tokens = _array(hdr, P + "tokens", (ValueType.STRING,))
-    assert tokens is not None
+    if tokens is None:  # checked just above; a raise, unlike assert, survives python -O
+        raise AssertionError("tokenizer.ggml.tokens vanished between two reads")
     n_tokens = len(tokens)
     out["n_tokens"] = n_tokens
     for key, types in (("scores", (ValueType.INT32, ValueType.FLOAT32)), ("token_type", (ValueType.INT32,))):
         arr = _array(hdr, P + key, types)
         if arr is not None and len(arr) < n_tokens:
             raise _RefusedError(THROWS, f"Index out of array bounds for {'scores' if key == 'scores' else 'toktypes'} "
-                                   f"({len(arr)} < {n_tokens}): tokenizer.ggml.{key} needs one entry per token")
+                                f"({len(arr)} < {n_tokens}): tokenizer.ggml.{key} needs one entry per token")
     texts = list(_loaded_texts(tokens))
     dup = _duplicate(texts)
     if dup is not None:
         first, second, text = dup
         raise _RefusedError(ABORTS, f"tokens {first} and {second} load with the same text {text!r} (after llama.cpp "
-                               "cuts at NUL and names empty tokens [EMPTY_<id>]); llama.cpp's "
-                               "GGML_ASSERT(id_to_token.size() == token_to_id.size()) fails")
+                            "cuts at NUL and names empty tokens [EMPTY_<id>]); llama.cpp's "
+                            "GGML_ASSERT(id_to_token.size() == token_to_id.size()) fails")
     if model == "hybriddna":
         _strip_kmer_markers(texts)
     for name in SPECIAL_ID_KEYS:
@@ -214,14 +217,15 @@ def _check_charsmap(hdr: GGUFHeader) -> None:
     if kv is None:
         return
     arr = _array(hdr, P + "precompiled_charsmap", (ValueType.INT8, ValueType.UINT8))
-    assert arr is not None
+    if arr is None:  # kv was found above; a raise, unlike assert, survives python -O
+        raise AssertionError("precompiled_charsmap vanished between two reads")
     raw = arr.raw()
     if len(raw) < 4:
         raise _RefusedError(THROWS, "precompiled_charsmap too small for xcda_blob_size header! "
-                               "(tokenizer.ggml.precompiled_charsmap)")
+                            "(tokenizer.ggml.precompiled_charsmap)")
     if int.from_bytes(raw[:4], "little") + 4 >= len(raw):
         raise _RefusedError(THROWS, "Index out of array bounds in precompiled charsmap! "
-                               "(tokenizer.ggml.precompiled_charsmap)")
+                            "(tokenizer.ggml.precompiled_charsmap)")
 
 
 def _strip_kmer_markers(texts: list[bytes]) -> None:
@@ -248,4 +252,4 @@ def _check_name_rules(hdr: GGUFHeader, pre: str, texts: list[bytes]) -> None:
         for token in ("</s>", "<unk>", "<s>", "<|endoftext|>"):
             if token.encode() not in have:
                 raise _RefusedError(THROWS, f"general.name {name!r} selects llama.cpp's phi-3 token rules, which look "
-                                       f"up the token {token!r} and the vocabulary has none (std::out_of_range)")
+                                    f"up the token {token!r} and the vocabulary has none (std::out_of_range)")

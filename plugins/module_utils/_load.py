@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the bench under concurrent load: N streams at once per shape, from the host (stdlib threads).
 """Measure one running config with N requests in flight at once, the way production is loaded.
 
@@ -70,8 +72,8 @@ def _burst(make_client: Callable[[], Any], prompts: list[Prompt], api: str, engi
     """Sends one request per prompt, all at once; one record per stream, in stream order."""
     n = len(prompts)
     barrier = threading.Barrier(n)
-    records: list[dict[str, Any]] = [{} for _ in range(n)]
-    clients = [make_client() for _ in range(n)]  # one client each: nothing shared between the threads
+    records: list[dict[str, Any]] = [{} for _dummy in range(n)]
+    clients = [make_client() for _dummy in range(n)]  # one client each: nothing shared between the threads
 
     def stream(i: int) -> None:
         rec = records[i]

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the load gate (texts under concurrent load must equal the single-stream texts) and the load verdicts.
 """The load gate and the numbers under load, for the bench (on the host) and the judge (on the controller).
 

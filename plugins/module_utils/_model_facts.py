@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: what GGUF header keys mean — layers, heads, SWA, hybrid layers, MTP, tokenizer fingerprint.
 """Turn a parsed :class:`GGUFHeader` into the facts the rest of the collection reasons with.
 

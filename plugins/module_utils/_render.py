@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: one rendering per A/B candidate (what is linted, written and reported).
 """A candidate (``env`` overrides, extra ``flags``) over production's env, rendered once.
 
@@ -123,5 +125,3 @@ def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, 
                               f"env or flags ({', '.join(sorted(rendering['override']))}): make that another config")
         out[name] = rendering
     return out
-
-

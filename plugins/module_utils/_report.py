@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the A/B result document (versioned JSON), its Markdown report and its history line.
 """Pure rendering of a judged A/B run: no I/O, no plotting.
 
@@ -136,7 +138,7 @@ def _code(text: str) -> str:
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _dummy in header) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
 
@@ -319,7 +321,7 @@ def _positions(j: Mapping[str, Any]) -> list[str]:
         drafted = c.get("positions_drafted")
         return len(c["acceptance_by_position"]) if drafted is None else drafted
 
-    width = max(shown(c) for _, c in rows)
+    width = max(shown(c) for _dummy, c in rows)
     header = ["config", *(f"pos {i + 1}" for i in range(width)), "source"]
     body = []
     hidden = []

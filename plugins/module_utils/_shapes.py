@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the A/B protocol's four traffic shapes as deterministic prompts, with the checks that make them fair.
 """The traffic shapes of the field notes' A/B protocol, generated deterministically.
 
@@ -296,7 +298,7 @@ def prose_prompt(seed: int, index: int, chars: int, n_predict: int) -> Prompt:
     paragraphs: list[str] = []
     total = 0
     while total < chars:
-        paragraph = " ".join(_sentence(rng) for _ in range(5))
+        paragraph = " ".join(_sentence(rng) for _dummy in range(5))
         paragraphs.append(paragraph)
         total += len(paragraph) + 2
     filler = "\n\n".join(paragraphs)[:max(chars, 1)].rsplit(" ", 1)[0].rstrip(".") + "."
@@ -317,7 +319,7 @@ def echo_passage(seed: int, index: int, chars: int, max_repeat_words: int = ECHO
     while total < chars:
         number += 1
         for _attempt in range(100):
-            body = [rng.choice(_WORDS) for _ in range(rng.between(6, 10))]
+            body = [rng.choice(_WORDS) for _dummy in range(rng.between(6, 10))]
             line = f"{number:03d}. " + " ".join(body)
             candidate = words + words_of(line)
             new = [tuple(candidate[i:i + max_repeat_words])

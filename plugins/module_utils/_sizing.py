@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: KV-cache bytes per position, per context and per device, by llama.cpp's allocation rules.
 """Will a speculative llama-server config fit? KV cache and weights per device, and the fixes.
 
@@ -81,7 +83,7 @@ CACHE_TYPES: dict[str, tuple[int, int]] = {
     "q5_0": (32, 22),
     "q5_1": (32, 24),
 }
-QUANTIZED = frozenset(t for t, (blck, _) in CACHE_TYPES.items() if blck > 1)
+QUANTIZED = frozenset(t for t, (blck, _dummy) in CACHE_TYPES.items() if blck > 1)
 CELL_PAD = 256          # GGML_PAD(n_ctx, 256), GGML_PAD(n_ctx_seq, 256), the SWA cache's pad
 LLAMA_MAX_SEQ = 256     # src/llama-cparams.h
 SERVER_AUTO_SLOTS = 4   # tools/server/server.cpp: -np auto -> 4 slots, kv_unified on
@@ -989,7 +991,7 @@ def _greedy_split(target: Model, draft: Model | None, cfg: Config, devices: list
         lo, hi = hi, hi * 2
         if hi > 1024:
             return None
-    for _ in range(40):
+    for _dummy in range(40):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if attempt(mid) is not None else (mid, hi)
     return attempt(hi)
@@ -1041,7 +1043,7 @@ def propose_fixes(target_facts: Mapping[str, Any] | Model, draft_facts: Mapping[
     if len(t_devices) >= 2:
         found = _best_split(target, draft, cfg, t_devices)
         if found:
-            counts, new = found
+            counts, new = found[0], found[1]
             ts = ",".join(str(c) for c in counts)
             moved = ", ".join(f"{d}: {len(new['target']['layer_devices'].get(d, []))} layer slots" for d in t_devices)
             fixes.append(_fix("tensor_split", ["-ts", ts], {"tensor_split": list(counts)}, new,
@@ -1059,7 +1061,7 @@ def propose_fixes(target_facts: Mapping[str, Any] | Model, draft_facts: Mapping[
             options.append((fits(new) is False, round(_fullest(new), 9), dev, new))
         if options:
             options.sort(key=lambda o: o[:3])
-            _, _, dev, new = options[0]
+            _dummy, _dummy, dev, new = options[0]
             fixes.append(_fix("draft_device", ["--spec-draft-device", dev], {"draft_device": [dev]}, new,
                               f"--spec-draft-device {dev} moves the drafter's weights and its "
                               f"{fmt_bytes(dft['total_bytes'])} of KV off {', '.join(sorted(current)) or 'the CPU'}"))

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the A/B statistics (medians, bootstrap intervals, verdicts) and the judging of a run.
 """Statistics and judging for the A/B protocol of the field notes, on the controller.
 
@@ -228,7 +230,7 @@ def bootstrap_ratio_ci(candidate_values: Mapping[Any, float] | Sequence[float],
     plan, scheme = _plan(cand, base)
     rng = random.Random(seed)
     ratios = []
-    for _ in range(n):
+    for _dummy in range(n):
         a, b = _draw(rng, plan)
         mb = median(b)
         if mb > 0:
@@ -242,9 +244,9 @@ def bootstrap_median_ci(values: Mapping[Any, float] | Sequence[float], *, n: int
     """(median, low, high) of one config's values, resampled within strata as in :func:`bootstrap_ratio_ci`."""
     _check_boot(n, alpha)
     side = _Side(values, "values")
-    plan = [("independent", list(s.values()), []) for _, s in sorted(side.strata.items(), key=lambda kv: repr(kv[0]))]
+    plan = [("independent", list(s.values()), []) for _dummy, s in sorted(side.strata.items(), key=lambda kv: repr(kv[0]))]
     rng = random.Random(seed)
-    meds = [median(_draw(rng, plan)[0]) for _ in range(n)]
+    meds = [median(_draw(rng, plan)[0]) for _dummy in range(n)]
     low, high = _interval(meds, alpha)
     return median(v for s in side.strata.values() for v in s.values()), low, high
 
@@ -302,7 +304,7 @@ def bootstrap_mix_ci(candidate: Mapping[str, Mapping[Any, float] | Sequence[floa
     point = mix_rate(point_c, weights) / mix_rate(point_b, weights)
     rng = random.Random(seed)
     ratios = []
-    for _ in range(n):
+    for _dummy in range(n):
         mc: dict[str, float] = {}
         mb: dict[str, float] = {}
         for s in shapes:
@@ -375,7 +377,7 @@ def t_quantile(q: float, df: float) -> float:
     lo, hi = 0.0, 1.0
     while t_cdf(hi, df) < q:
         hi *= 2.0
-    for _ in range(200):
+    for _dummy in range(200):
         mid = 0.5 * (lo + hi)
         if t_cdf(mid, df) < q:
             lo = mid
@@ -449,8 +451,8 @@ def round_ratio_ci(candidate_values: Mapping[Any, float], baseline_values: Mappi
     base = round_log_means(baseline_values)
     common = sorted(set(cand) & set(base), key=repr)
     if not common:
-        return RoundCI(None, None, None, 0, 0, sum(n for _, n in cand.values()),
-                       sum(n for _, n in base.values()), 0)
+        return RoundCI(None, None, None, 0, 0, sum(n for _dummy, n in cand.values()),
+                       sum(n for _dummy, n in base.values()), 0)
     diffs = [cand[r][0] - base[r][0] for r in common]
     mean, low, high = _t_interval(diffs, alpha)
     fewest = min(min(cand[r][1], base[r][1]) for r in common)
@@ -462,7 +464,7 @@ def round_ratio_ci(candidate_values: Mapping[Any, float], baseline_values: Mappi
 def round_rate_ci(values: Mapping[Any, float], *, alpha: float = 0.05) -> tuple[float, float | None, float | None]:
     """One config's decode rate: (geometric mean over rounds of the round means, t-interval low, high)."""
     _check_alpha(alpha)
-    means = [m for _, (m, _n) in sorted(round_log_means(values).items(), key=lambda kv: repr(kv[0]))]
+    means = [m for _dummy, (m, _n) in sorted(round_log_means(values).items(), key=lambda kv: repr(kv[0]))]
     if not means:
         raise ReportInputError("rate: no values")
     mean, low, high = _t_interval(means, alpha)
@@ -838,7 +840,7 @@ def solve_p(mean_accepted_len: float, k: int) -> float:
     if mean_accepted_len >= k + 1:
         return 1.0
     lo, hi = 0.0, 1.0
-    for _ in range(100):
+    for _dummy in range(100):
         mid = 0.5 * (lo + hi)
         if be.expected_accepted(mid, k) < mean_accepted_len:
             lo = mid
@@ -1296,7 +1298,7 @@ def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapp
                    reason=(f"{best['config']} is {best['speedup']:.2f}x the baseline over this mix "
                            f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}] (n {best['n']}), the fastest config "
                            f"whose whole interval lies above 1" + (f" + {boot['margin']:g}" if boot.get("margin")
-                                                                  else "")))
+                                                                   else "")))
     else:
         out.update(config=baseline, keep_baseline=True,
                    reason="no eligible config beats the baseline over this mix with its whole interval above 1: "

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: transient systemd drop-ins over a unit's env, the dead-man rollback timer, port and health waits.
 """The change vehicle behind ``unit_override``.
 
@@ -39,6 +41,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,
@@ -154,7 +157,7 @@ class EnvConfig(NamedTuple):
     unset: Tuple[str, ...]
 
     def names(self) -> List[str]:
-        return [name for name, _ in self.assignments] + list(self.unset)
+        return [name for name, _dummy in self.assignments] + list(self.unset)
 
 
 def check_env_name(name: Any, where: str = "env") -> str:
@@ -233,18 +236,20 @@ def effective_env(base: Mapping[str, str], config: EnvConfig | None) -> Dict[str
 
 
 def endpoint_of(env: Mapping[str, str], unit: str) -> Tuple[str, int]:
-    """Where to reach llama-server from the host itself: (host, port) from LLAMA_ARG_HOST/PORT."""
-    raw_port = env.get("LLAMA_ARG_PORT", "").strip()
+    """Where to reach the server from the host itself: (host, port) from LLAMA_ARG_HOST/PORT (vLLM units:
+    VLLM_SERVE_HOST/PORT, see _endpoint_env)."""
+    host_name, port_name = endpoint_names(env)
+    raw_port = env.get(port_name, "").strip()
     if raw_port:
         match = re.match(r"[+-]?\d+", raw_port)  # std::stoi reads leading digits
         port = int(match.group(0)) if match else -1
         if not 0 < port < 65536:
-            raise UnitOverrideError(f"{unit}: LLAMA_ARG_PORT={raw_port!r} is not a TCP port (1-65535)")
+            raise UnitOverrideError(f"{unit}: {port_name}={raw_port!r} is not a TCP port (1-65535)")
     else:
         port = DEFAULT_PORT
-    host = env.get("LLAMA_ARG_HOST", "").strip() or DEFAULT_HOST
+    host = env.get(host_name, "").strip() or DEFAULT_HOST
     if host.endswith(".sock"):
-        raise UnitOverrideError(f"{unit}: LLAMA_ARG_HOST={host} is a unix socket; unit_override checks health "
+        raise UnitOverrideError(f"{unit}: {host_name}={host} is a unix socket; unit_override checks health "
                                 "over TCP, so serve on a TCP address for A/B runs")
     if host in ("0.0.0.0", "*"):
         host = "127.0.0.1"
@@ -489,7 +494,7 @@ def cgroup_path(text: str) -> str | None:
     """
     unified = None
     for line in text.splitlines():
-        _, _, rest = line.partition(":")
+        _dummy, _dummy, rest = line.partition(":")
         controllers, sep, path = rest.partition(":")
         if not sep:
             continue
@@ -521,7 +526,7 @@ def parse_proc_net_tcp(text: str) -> List[Listener]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != "0A":
             continue
-        address, _, port_hex = fields[1].rpartition(":")
+        address, _dummy, port_hex = fields[1].rpartition(":")
         try:
             listeners.append(Listener(address, int(port_hex, 16), int(fields[9])))
         except ValueError:
@@ -750,7 +755,7 @@ class UnitOverride:
                 name, sep, val = word.partition("=")
                 if sep:
                     env[name] = val
-        for path, _ in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles")):
+        for path, _dummy in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles")):
             if os.path.abspath(path) == os.path.abspath(paths.env_file):
                 continue
             text = _read(path)
@@ -783,7 +788,7 @@ class UnitOverride:
         pid = int(info.get("MainPID") or 0)
         if info.get("ActiveState") != "active" or pid == 0:
             return False
-        status, _ = self.http(health_url(host, port), 2.0)
+        status, _dummy = self.http(health_url(host, port), 2.0)
         return status == 200 and self.serving_pid_ok(pid, port, info.get("ControlGroup", ""))[0]
 
     # ---------------------------------------------------------- waits
@@ -1006,7 +1011,7 @@ class UnitOverride:
 
     def found(self, paths: OverridePaths) -> List[str]:
         items = [f"{label} {path}" for label, path in (("drop-in", paths.dropin), ("env file", paths.env_file),
-                                                        ("rollback script", paths.script), ("rollback meta", paths.meta))
+                                                       ("rollback script", paths.script), ("rollback meta", paths.meta))
                  if os.path.exists(path)]
         timer = self.timer_state(paths)
         if timer["armed"]:
@@ -1149,9 +1154,9 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
                            health_timeout=health_timeout, port_timeout=port_timeout)
     if every_unit:
         return manager.absent_everywhere()
-    assert unit is not None
+    if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
+        raise AssertionError("unit_override: unit (and config for state=present) must be given")
     if state == "present":
-        assert config is not None
         return manager.present(unit, config, rollback_after)
     if state == "confirmed":
         return manager.confirmed(unit)

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: finds the build toolchain on a host (cmake, compilers, nvcc, ROCm/HIP, glslc, Vulkan headers).
 """What is installed for building llama.cpp, found the way its cmake files look for it.
 
@@ -103,9 +105,9 @@ class Probe:
         found = self.version_of(path, ["--version"], build.parse_hip_version)
         if not found:
             return None
-        rc, out, _ = self.run([path, "-l"])  # the HIP clang directory (docs/build.md: HIPCXX=$(hipconfig -l)/clang)
+        rc, out, _dummy = self.run([path, "-l"])  # the HIP clang directory (docs/build.md: HIPCXX=$(hipconfig -l)/clang)
         found["clang"] = os.path.join(out.strip(), "clang") if rc == 0 and out.strip() else None
-        rc, out, _ = self.run([path, "-R"])  # the ROCm root (HIP_PATH=$(hipconfig -R))
+        rc, out, _dummy = self.run([path, "-R"])  # the ROCm root (HIP_PATH=$(hipconfig -R))
         found["rocm_path"] = out.strip() if rc == 0 and out.strip() else rocm
         return found
 

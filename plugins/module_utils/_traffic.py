@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the operator's own traffic (JSONL files of requests) as extra named shapes of the A/B.
 """The operator's own prompts as shapes beside the four built-in ones.
 
@@ -116,9 +118,9 @@ def parse_request(obj: Any, where: str) -> dict[str, Any]:
             raise TrafficError(f"{where}: messages[{i}] must be {{\"role\": one of {', '.join(ROLES)}, "
                                "\"content\": ...}")
         chat.append((msg["role"], _text_of_content(msg["content"], f"{where}: messages[{i}]")))
-    if not any(content.strip() for _, content in chat):
+    if not any(content.strip() for _dummy, content in chat):
         raise TrafficError(f"{where}: every message is empty; give the request some text")
-    user = "\n".join(content for _, content in chat)
+    user = "\n".join(content for _dummy, content in chat)
     return {"user": user, "raw": user, "chat": chat}
 
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: PEP 440 versions, parsed and ordered with the standard library only.
 """Version gates: "0.20.1 or later" must refuse ``0.20.1rc1`` and ``0.20.1.dev42``.
 

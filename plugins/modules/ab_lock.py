@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Take, refresh or release the per-unit A/B lock on a host, so two runs never interleave candidates on one unit.
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ description:
     when its expiry has passed and the unit's dead-man timer (C(specdec-rollback-<unit>.timer)) is no longer
     armed - the dead run's candidate was rolled back - or at once when its controller was this very machine
     and that process is gone.
-  - O(state=absent) removes the lock if O(owner.run_id) holds it; the lock of another run is left in place
+  - O(state=absent) removes the lock if the C(run_id) of O(owner) holds it; the lock of another run is left in place
     (reported in RV(holder)), unless O(force=true).
   - The state directory is created root-owned with O(state_mode) if it does not exist; C(locks/) is 0700.
 extends_documentation_fragment:
@@ -84,7 +86,7 @@ options:
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
-  - llmfleet.specdec maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

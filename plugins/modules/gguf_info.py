@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Read the header of a GGUF model (local path or http(s) URL) and return what it says about the model.
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_compat
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

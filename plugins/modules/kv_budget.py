@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Will a speculative llama-server config fit? Target and drafter KV (and weights) per device, and the fixes when not.
 from __future__ import annotations
 
@@ -126,31 +128,35 @@ options:
         O(parallel) times this.
     type: int
   cache_type_k:
-    description: C(-ctk), the target's K cache type.
+    description:
+      - C(-ctk), the target's K cache type.
+      - Not given, O(flags) decide, else llama-server's own default (V(f16)).
     type: str
-    default: f16
     choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
   cache_type_v:
-    description: C(-ctv), the target's V cache type. Quantized types need flash attention.
+    description:
+      - C(-ctv), the target's V cache type. Quantized types need flash attention.
+      - Not given, O(flags) decide, else llama-server's own default (V(f16)).
     type: str
-    default: f16
     choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
   draft_cache_type_k:
-    description: C(-ctkd), the draft context's K cache type (llama.cpp does not copy O(cache_type_k)).
+    description:
+      - C(-ctkd), the draft context's K cache type (llama.cpp does not copy O(cache_type_k)).
+      - Not given, O(flags) decide, else llama-server's own default (V(f16)).
     type: str
-    default: f16
     choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
   draft_cache_type_v:
-    description: C(-ctvd), the draft context's V cache type.
+    description:
+      - C(-ctvd), the draft context's V cache type.
+      - Not given, O(flags) decide, else llama-server's own default (V(f16)).
     type: str
-    default: f16
     choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
   flash_attn:
     description:
       - C(-fa). V(auto) sizes like V(on) (llama.cpp creates the cache before it resolves auto).
       - V(off) stores V transposed, padded to the widest layer's V row when layers differ.
+      - Not given, O(flags) decide, else llama-server's own default (V(auto)).
     type: str
-    default: auto
     choices: ['on', 'off', auto]
   device:
     description:
@@ -171,40 +177,46 @@ options:
     type: list
     elements: float
   n_gpu_layers:
-    description: C(-ngl). V(-1) offloads every layer (llama.cpp's C(--fit) may lower an unset value; give it).
+    description:
+      - C(-ngl). V(-1) offloads every layer (llama.cpp's C(--fit) may lower an unset value; give it).
+      - Not given, O(flags) decide, else llama-server's own default (V(-1)).
     type: int
-    default: -1
   draft_n_gpu_layers:
-    description: C(-ngld), for the draft model.
+    description:
+      - C(-ngld), for the draft model.
+      - Not given, O(flags) decide, else llama-server's own default (V(-1)).
     type: int
-    default: -1
   kv_offload:
-    description: False for C(-nkvo), which keeps every KV cache in host memory.
+    description:
+      - False for C(-nkvo), which keeps every KV cache in host memory.
+      - Not given, O(flags) decide, else llama-server's own default (V(true)).
     type: bool
-    default: true
   swa_full:
-    description: C(--swa-full), which sizes sliding-window layers like full ones.
+    description:
+      - C(--swa-full), which sizes sliding-window layers like full ones.
+      - Not given, O(flags) decide, else llama-server's own default (V(false)).
     type: bool
-    default: false
   batch_size:
-    description: C(-b). Bounds the micro-batch, which the sliding-window cache reserves room for.
+    description:
+      - C(-b). Bounds the micro-batch, which the sliding-window cache reserves room for.
+      - Not given, O(flags) decide, else llama-server's own default (V(2048)).
     type: int
-    default: 2048
   ubatch_size:
-    description: C(-ub), the micro-batch the sliding-window cache adds to the window.
+    description:
+      - C(-ub), the micro-batch the sliding-window cache adds to the window.
+      - Not given, O(flags) decide, else llama-server's own default (V(512)).
     type: int
-    default: 512
   spec_type:
     description:
       - C(--spec-type) values. Without them the type llama.cpp infers from the draft's header counts.
       - C(draft-mtp) builds the draft context on the draft model when one is given, else on the target,
         holding only the MTP (nextn) layers.
+      - Not given, O(flags) decide, else llama-server's own default (none).
     type: list
     elements: str
-    default: []
   devices:
     description:
-      - Device memory facts, as M(llmfleet.specdec.gpu_facts) returns them under C(devices)
+      - Device memory facts, as M(llmfleet.specdec.gpu_info) returns them under C(devices)
         (C(index), C(name), C(backend), C(total_bytes), C(free_bytes), C(usable_bytes)...).
       - Each device's llama.cpp name is its C(llama_device) key, else C(CUDA<index>) for backend
         C(cuda), C(ROCm<index>) for C(rocm), C(Vulkan<index>) for C(vulkan). A device named C(CPU)
@@ -242,14 +254,14 @@ notes:
     (2560 cells, 50 MiB at one slot).
 seealso:
   - module: llmfleet.specdec.gguf_info
-  - module: llmfleet.specdec.gpu_facts
+  - module: llmfleet.specdec.gpu_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Read the devices
-  llmfleet.specdec.gpu_facts:
+  llmfleet.specdec.gpu_info:
   register: gpus
 
 - name: Will the DSpark drafter fit next to the target at the full window?
@@ -260,7 +272,7 @@ EXAMPLES = r"""
     parallel: 1
     device: [CUDA0, CUDA1]
     draft_device: [CUDA1]
-    devices: "{{ gpus.devices }}"
+    devices: "{{ gpus.gpu_info.devices }}"
   register: budget
 
 - name: Stop with the fixes, in the field notes' order

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Say whether a host can build llama.cpp for a backend (cmake, compiler, nvcc, ROCm/HIP, glslc, headers) and what to install.
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ notes:
   - The version rules come from C(ggml/src/ggml-cuda/CMakeLists.txt), C(ggml/src/ggml-hip/CMakeLists.txt),
     C(ggml/src/ggml-vulkan/CMakeLists.txt) and C(docs/build.md) of the pinned llama.cpp tree.
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

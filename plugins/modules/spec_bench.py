@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Measures one running llama-server or vLLM config with the A/B protocol's four traffic shapes, from the host itself.
 from __future__ import annotations
 
@@ -106,7 +108,7 @@ options:
   metrics:
     description:
       - Read C(/metrics) before and after every request. llama-server needs C(--metrics).
-      - Without it RV(bench.requests[].metrics_delta) and RV(bench.metrics_total_delta) are null.
+      - Without it the C(metrics_delta) of each of RV(bench.requests) and RV(bench.metrics_total_delta) are null.
     type: bool
     default: true
   concurrency:
@@ -116,7 +118,7 @@ options:
       - V(1) (the default) skips the load phase. V(0) takes the server's own slot count from llama-server's
         C(/props) C(total_slots) (what C(-np) / C(LLAMA_ARG_N_PARALLEL) gave it; vLLM has none, give a number).
       - "Every stream's text must equal the same prompt's single-stream text (the load gate): a difference or a
-        premature end is reported in RV(bench.load.gate) as V(INVALID); a stream that gets no answer (the server
+        premature end is reported in RV(bench.load)'s C(gate) as V(INVALID); a stream that gets no answer (the server
         died, reset the connection, or stopped answering within O(timeout)) is V(FAILED) and fails the task,
         with the measurements in RV(bench)."
     type: int
@@ -175,7 +177,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_breakeven
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Is a drafter worth it? The field notes' break-even arithmetic against the incumbent, with step 0 read from /metrics.
 from __future__ import annotations
 
@@ -97,9 +99,9 @@ notes:
   - The counters behind step 0 run from server start; for a clean number read them on a server
     that has served the traffic you care about.
 seealso:
-  - module: llmfleet.specdec.gpu_facts
+  - module: llmfleet.specdec.gpu_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

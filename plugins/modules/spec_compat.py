@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Say whether llama-server will accept a target/draft pair for speculation, by llama.cpp's own rule.
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -87,8 +89,8 @@ server_outcome:
 reasons:
   description:
     - Every failing check, in llama.cpp's order. Empty when compatible.
-    - A file that does not load gives one reason per side, starting C(target: will not load) or
-      C(draft: will not load), with llama.cpp's error and what llama-server then does.
+    - "A file that does not load gives one reason per side, starting C(target: will not load) or
+      C(draft: will not load), with llama.cpp's error and what llama-server then does."
   returned: success
   type: list
   elements: str

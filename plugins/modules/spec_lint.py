@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Say whether a llama.cpp or vLLM speculative config is legal, and whether speculation will really run.
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ seealso:
   - module: llmfleet.specdec.spec_compat
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

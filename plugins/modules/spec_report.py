@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Documentation of the spec_report action: the A/B run judged on the controller into JSON, Markdown, PNGs and history.
 from __future__ import annotations
 
@@ -136,7 +138,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_breakeven
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -231,10 +233,12 @@ stats:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
+
 
 def main() -> None:
     # spec_report is an action plugin: the controller runs it, so this only runs when it is misused.
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True, bypass_checks=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, bypass_checks=True)
     module.fail_json(msg="llmfleet.specdec.spec_report runs on the controller as an action plugin; "
                          "it cannot run on a host (was it called through a path that bypasses action plugins?)")
 

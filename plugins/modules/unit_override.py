@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Run a systemd unit with an A/B candidate's env through a transient /run drop-in, with a dead-man rollback timer.
 from __future__ import annotations
 
@@ -105,11 +107,11 @@ notes:
     interpreter when it and every directory above it belong to root and are not group- or world-writable,
     else C(/usr/bin/python3). If neither is, O(rollback_after) fails naming the problem (a venv owned by the
     login user is the usual case).
-  - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT)), after the
-    candidate's env is layered on; a wildcard host is checked on loopback.
+  - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT); a vLLM unit's
+    C(VLLM_SERVE_HOST), C(VLLM_SERVE_PORT)), after the candidate's env is layered on; a wildcard host is checked on loopback.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -245,7 +247,7 @@ def main() -> None:
                            mutually_exclusive=[("env", "env_file")],
                            required_if=[("state", "present", ("env", "env_file"), True)])
     try:
-        result = run_unit_override(module.params, run=lambda argv: module.run_command(argv),
+        result = run_unit_override(module.params, run=module.run_command,
                                    check_mode=module.check_mode, python=sys.executable)
     except UnitOverrideError as exc:
         module.fail_json(msg=str(exc), **exc.details)

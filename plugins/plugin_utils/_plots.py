@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection, controller only: the A/B report's PNG plots, drawn with matplotlib when it is installed.
 """PNG plots of an A/B result document (``llmfleet.specdec/ab-report/1``).
 

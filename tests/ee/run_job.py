@@ -92,7 +92,7 @@ def run(work: Path, ident: str, playbook: str, image: str) -> dict[str, Any]:
     assert transmit.stdout and worker.stdout
     transmit.stdout.close()
     proc = subprocess.run([runner, "process", str(pdd), "--ident", ident], stdin=worker.stdout,
-                          capture_output=True, text=True, timeout=1200, env=env)
+                          capture_output=True, text=True, timeout=1200, env=env, check=False)
     worker.wait(timeout=60)
     transmit.wait(timeout=60)
     artifacts = pdd / "artifacts" / ident

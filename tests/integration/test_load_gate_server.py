@@ -44,7 +44,7 @@ def server(binary: str, models: dict[str, Path], log_dir: Path, config: str, par
 def bench(url: str, concurrency: int = 0, custom: dict | None = None, **extra: Any) -> dict[str, Any]:
     """What spec_bench does: the single-stream bench, then the load phase at ``concurrency`` (0: the slots)."""
     params = {**PARAMS, "endpoint": url, **extra}
-    run = {k: v for k, v in params.items()}
+    run = dict(params)
     out = ep.run_bench(custom=custom, **run)
     measured = _load.measured_prompts(params, custom)
     _traffic.add_ngram_checks(out, measured)
@@ -61,7 +61,7 @@ def run_module(args: dict[str, Any], capsys: pytest.CaptureFixture) -> dict[str,
 @pytest.mark.parametrize("parallel", [2, 4])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_honest_configs_pass_the_gate_with_overlapping_streams(config: str, parallel: int, llama_server_bin: str,
-                                                                standard_models: dict[str, Path], tmp_path: Path) -> None:
+                                                               standard_models: dict[str, Path], tmp_path: Path) -> None:
     with server(llama_server_bin, standard_models, tmp_path, config, parallel) as srv:
         b = bench(srv.url)
     load = b["load"]
@@ -110,7 +110,7 @@ def test_the_gate_catches_replies_corrupted_only_under_load(mode, kind, llama_se
 
 
 def test_the_gate_catches_a_server_that_dies_when_the_second_stream_arrives(llama_server_bin, standard_models,
-                                                                           tmp_path, capsys):
+                                                                            tmp_path, capsys):
     with server(llama_server_bin, standard_models, tmp_path, "draft-simple", 2) as srv, \
             FaultProxy(srv.port, "segv", srv.pid) as proxy:
         out = run_module({"endpoint": proxy.url, **PARAMS, "concurrency": 0}, capsys)
@@ -128,7 +128,7 @@ def test_the_gate_catches_a_server_that_dies_when_the_second_stream_arrives(llam
 
 
 def test_the_gate_catches_a_server_that_stops_answering_under_load(llama_server_bin, standard_models, tmp_path,
-                                                                  capsys):
+                                                                   capsys):
     with server(llama_server_bin, standard_models, tmp_path, "plain", 2) as srv, \
             FaultProxy(srv.port, "hang") as proxy:
         out = run_module({"endpoint": proxy.url, **PARAMS, "concurrency": 2, "timeout": 5}, capsys)

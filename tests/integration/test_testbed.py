@@ -98,7 +98,7 @@ def test_other_tokenizer_serves_without_speculation(start_server: StartServer, s
 
 
 @pytest.mark.parametrize("name, spec_type", [("draft-dflash.gguf", "draft-dflash"),
-                                              ("draft-dspark.gguf", "draft-dspark")])
+                                             ("draft-dspark.gguf", "draft-dspark")])
 def test_dflash_drafts_are_typed_from_their_header(start_server: StartServer, standard_models, plain_texts,
                                                    name, spec_type):
     server = start_server(standard_models["target.gguf"], draft=standard_models[name])

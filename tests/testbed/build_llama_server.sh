@@ -36,6 +36,6 @@ cmake --build "$build" --target llama-server -j "$jobs" >&2
 
 mkdir -p "$prefix/bin.tmp"
 cp "$build/bin/llama-server" "$prefix/bin.tmp/llama-server"
-rm -rf "$prefix/bin" && mv "$prefix/bin.tmp" "$prefix/bin"
+rm -rf "${prefix:?}/bin" && mv "$prefix/bin.tmp" "$prefix/bin"
 "$bin" --version >&2
 echo "$bin"

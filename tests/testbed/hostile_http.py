@@ -49,7 +49,7 @@ class RawServer:
         served = 0
         while not self.stop.is_set() and served < self.max_connections:
             try:
-                conn, _ = self._sock.accept()
+                conn, _dummy = self._sock.accept()
             except (socket.timeout, OSError):
                 continue
             served += 1
@@ -95,12 +95,12 @@ def _read_request(conn: socket.socket) -> Request | None:
         data += chunk
         if len(data) > 1 << 20:
             return None
-    head, _, rest = data.partition(b"\r\n\r\n")
+    head, _dummy, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
+    method, path, _dummy = lines[0].split(" ", 2)
     headers: dict[str, str] = {}
     for line in lines[1:]:
-        name, _, value = line.partition(":")
+        name, _dummy, value = line.partition(":")
         headers[name.strip()] = value.strip()
     length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), "0"))
     while len(rest) < length:

@@ -144,7 +144,7 @@ class FaultProxy:
     @staticmethod
     def _wait_gone(pid: int) -> None:
         """Until the process is gone or a zombie (its parent reaps it and keeps its exit status)."""
-        for _ in range(200):
+        for _dummy in range(200):
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] == "Z":

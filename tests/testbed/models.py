@@ -341,7 +341,7 @@ def _add_head(t: _Tensors, spec: ModelSpec, tok: Tokenizer) -> None:
 def _add_dflash(t: _Tensors, spec: ModelSpec, tok: Tokenizer) -> None:
     """The tensors llama.cpp's dflash loader asks for (src/models/dflash.cpp); head shared with the target."""
     n_vocab = len(tok.tokens)
-    k_len, _ = _head_dims(spec)
+    k_len, _dummy = _head_dims(spec)
     t.matrix("fc.weight", spec.n_embd, len(spec.target_layers) * spec.n_embd)
     t.vector("enc.output_norm.weight", spec.n_embd)
     t.vector("output_norm.weight", spec.n_embd)

@@ -233,7 +233,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        name, _, value = line.rpartition(" ")
+        name, _dummy, value = line.rpartition(" ")
         try:
             out[name] = float(value)
         except ValueError:

@@ -107,7 +107,7 @@ def test_productions_extra_args_stay_under_every_candidate_with_a_flag() -> None
 
 def test_null_unsets_a_production_variable_end_to_end() -> None:
     rendering = ab_render([{"name": "nodraft", "env": {"LLAMA_ARG_SPEC_DRAFT_MODEL": None,
-                                                         "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}], PRODUCTION)["nodraft"]
+                                                       "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}], PRODUCTION)["nodraft"]
     assert rendering["override"] == {"LLAMA_ARG_SPEC_DRAFT_MODEL": None, "LLAMA_ARG_SPEC_TYPE": "ngram-mod"}
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in rendering["env"] and rendering["unset"] == ["LLAMA_ARG_SPEC_DRAFT_MODEL"]
     assert rendering["env_file"] == ["LLAMA_ARG_SPEC_TYPE=ngram-mod"]

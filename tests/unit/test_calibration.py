@@ -24,7 +24,7 @@ def test_t_quantiles_match_the_tables(df, q975):
 def test_round_ratio_ci_is_the_t_interval_on_paired_log_ratios():
     # two requests per round and side; candidate/baseline per round: 1.1, 1.2, 1.3 (geometric means)
     base = {(r, p, 0): 40.0 * (1 + 0.1 * p) for r in range(3) for p in range(2)}
-    cand = {(r, p, 0): v * (1.1 + 0.1 * r) for (r, p, _), v in base.items()}
+    cand = {(r, p, 0): v * (1.1 + 0.1 * r) for (r, p, _dummy), v in base.items()}
     ci = st.round_ratio_ci(cand, base)
     logs = [math.log(1.1), math.log(1.2), math.log(1.3)]
     mean = sum(logs) / 3
@@ -133,7 +133,7 @@ def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared()
     run = make_run({
         "baseline": {},
         "d": dict(DRAFTER, speedup=1.5, server_config={"LLAMA_ARG_SPEC_TYPE": "draft-simple",
-                                                         "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
+                                                       "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
         # the draft alone: 10x the target's rate, and of course another text
         "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
                         "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},

@@ -176,7 +176,7 @@ def test_fresh_prompts_per_repeat_and_unmeasured_warmup():
     assert [(r, p.shape, p.index) for r, p in schedule[:4]] == [
         (0, "echo", 0), (0, "echo", 1), (0, "identity", 0), (0, "identity", 1)]
     assert [(r, p.index) for r, p in schedule if p.shape == "echo"] == [(0, 0), (0, 1), (1, 2), (1, 3), (2, 4), (2, 5)]
-    sent = {p.sha256 for _, p in schedule}
+    sent = {p.sha256 for _dummy, p in schedule}
     assert len(sent) == len(schedule) == 12                       # nothing is sent twice
     assert [(p.shape, p.index) for p in warm] == [("echo", 6), ("identity", 6), ("echo", 7)]
     assert not sent & {p.sha256 for p in warm}                    # the warm-up primes nothing measured
@@ -192,7 +192,7 @@ def test_reused_prompts_repeat_the_same_texts():
 
 
 def test_no_warmup_and_bad_counts():
-    warm, schedule, _ = ep.plan_requests(sizes=SMALL, warmup=0, repeats=1)
+    warm, schedule, _dummy = ep.plan_requests(sizes=SMALL, warmup=0, repeats=1)
     assert warm == [] and len(schedule) == 4
     for name, kwargs in (("repeats", {"repeats": 0}), ("warmup", {"warmup": -1}),
                          ("prompts_per_shape", {"prompts_per_shape": 0})):
@@ -240,7 +240,7 @@ class Replay:
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def posts(self) -> list[Any]:
-        return [body for method, _, body in self.seen if method == "POST"]
+        return [body for method, _dummy, body in self.seen if method == "POST"]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -319,7 +319,7 @@ def test_native_requests_send_the_raw_prompt(replay):
     assert len(bench["requests"]) == 4 and bench["warmup"] == 1
     assert all(r["metrics_delta"] is None for r in bench["requests"])
     assert bench["metrics_total_delta"] is None
-    assert not any(path == "/metrics" for _, path, _ in server.seen)
+    assert not any(path == "/metrics" for _dummy, path, _dummy in server.seen)
     bodies = server.posts()
     assert len(bodies) == 5                                     # one warm-up + four measured
     assert all(set(b) == {"prompt", "n_predict", "temperature", "cache_prompt"} for b in bodies)

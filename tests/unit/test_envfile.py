@@ -59,7 +59,7 @@ HOSTILE = yaml.load((ROOT / "molecule/envfile/hostile_values.yml").read_text(enc
     ("A=tail", [("A", "tail")]),                          # no final newline
 ])
 def test_parser_follows_systemds_rules(text: str, parsed: list) -> None:
-    assert [(k, v) for k, v, _ in ef.parse_env_text(text)] == parsed
+    assert [(k, v) for k, v, _dummy in ef.parse_env_text(text)] == parsed
 
 
 # ------------------------------------------------------------------ writing: every representable value comes back
@@ -85,8 +85,8 @@ def test_the_reported_reproductions_come_back_unchanged() -> None:
 def test_random_values_come_back_byte_for_byte() -> None:
     rng = random.Random(11)
     alphabet = [chr(c) for c in range(1, 128)] + ["é", "東", "🦙", "\u00a0", "\u2028"]
-    for _ in range(3000):
-        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+    for _dummy in range(3000):
+        value = "".join(rng.choice(alphabet) for _dummy in range(rng.randint(0, 24)))
         text = "\n".join([ef.render_line("A", value), ef.render_line("B", "after")]) + "\n"
         assert ef.read_env_values(text) == {"A": value, "B": "after"}, repr(value)
 

@@ -38,7 +38,7 @@ def test_remote_equals_local_and_reads_only_what_the_header_needs(model_dir: Pat
         assert remote[key] == local[key]
     chunks = -(-hdr.header_bytes // (128 * 1024))
     assert hdr.requests == chunks == len(log)
-    assert all(r is not None and r.startswith("bytes=") for _, r in log)
+    assert all(r is not None and r.startswith("bytes=") for _dummy, r in log)
     assert hdr.bytes_read <= hdr.header_bytes + 128 * 1024
     assert hdr.bytes_read < (model_dir / "m.gguf").stat().st_size
 
@@ -50,7 +50,7 @@ def test_default_first_read_is_one_request(model_dir: Path) -> None:
 
 
 def test_server_without_ranges_is_an_error_unless_allowed(model_dir: Path) -> None:
-    with serve_directory(model_dir, ranges=False) as (base, _):
+    with serve_directory(model_dir, ranges=False) as (base, _dummy):
         with pytest.raises(GGUFFetchError, match=r"does not support HTTP range requests.*allow_full_read"):
             read_header(f"{base}/m.gguf")
         hdr = read_header(f"{base}/m.gguf", allow_full_read=True, first_read=64 * 1024)
@@ -60,7 +60,7 @@ def test_server_without_ranges_is_an_error_unless_allowed(model_dir: Path) -> No
 
 
 def test_missing_and_truncated_remote_files(model_dir: Path) -> None:
-    with serve_directory(model_dir) as (base, _):
+    with serve_directory(model_dir) as (base, _dummy):
         with pytest.raises(GGUFFetchError, match="HTTP 404"):
             read_header(f"{base}/nope.gguf")
         with pytest.raises(GGUFError, match="truncated"):

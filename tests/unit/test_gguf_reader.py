@@ -294,7 +294,7 @@ def test_truncated_tensor_data(tmp_path: Path) -> None:
 def test_nesting_depth_is_bounded(tmp_path: Path) -> None:
     b = Builder()
     inner: bytes = struct.pack("<IQ", T["u8"], 0)
-    for _ in range(20):
+    for _dummy in range(20):
         inner = struct.pack("<IQ", T["arr"], 1) + inner
     b.raw_kv(b.s("deep") + struct.pack("<I", T["arr"]) + inner)
     err = _error(tmp_path, b.build())
@@ -339,7 +339,7 @@ def valid_file(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @given(data=st.data())
 def test_fuzzed_headers_fail_cleanly(valid_file: bytes, tmp_path: Path, data: st.DataObject) -> None:
     buf = bytearray(valid_file)
-    for _ in range(data.draw(st.integers(1, 8), label="edits")):
+    for _dummy in range(data.draw(st.integers(1, 8), label="edits")):
         kind = data.draw(st.sampled_from(["flip", "u64", "cut", "insert"]))
         pos = data.draw(st.integers(0, len(buf) - 1))
         if kind == "flip":
@@ -405,7 +405,7 @@ def test_whole_vocabulary_hash_copies_nothing(tmp_path: Path) -> None:
     p.write_bytes(b.build())
     hdr = read_header(str(p))
     tokens = hdr.get("tokenizer.ggml.tokens")
-    digest, peak, _ = _traced(lambda: tokens_sha256(tokens))
+    digest, peak, _dummy = _traced(lambda: tokens_sha256(tokens))
     assert digest == hashlib.sha256(tokens.raw()).hexdigest()
     assert peak < hdr.header_bytes // 4, peak  # was: the vocabulary copied twice over
 

@@ -11,7 +11,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _gpu as gpu
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.modules import gpu_facts
+from ansible_collections.llmfleet.specdec.plugins.modules import gpu_info
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 SYSFS = FIX / "sysfs"
@@ -313,7 +313,7 @@ def fake_bin(tmp_path, monkeypatch):
 
 def run_module(args: dict, capsys) -> dict:
     with patch_module_args(args), pytest.raises(SystemExit):
-        gpu_facts.main()
+        gpu_info.main()
     return json.loads(capsys.readouterr().out)
 
 
@@ -321,7 +321,7 @@ def test_module_with_recorded_nvidia_smi_and_sysfs_tree(fake_bin, capsys):
     install_fake(fake_bin, "nvidia-smi", gpu.nvidia_smi_args(), "nvidia-smi-2x-rtx3090.csv")
     out = run_module({"sysfs_root": str(SYSFS), "meminfo": str(MEMINFO)}, capsys)
     assert out["changed"] is False and "failed" not in out
-    facts = out["gpu_facts"]
+    facts = out["gpu_info"]
     assert facts["errors"] == []
     assert [(d["source"], d["pci_bus_id"]) for d in facts["devices"]] == [
         ("nvidia-smi", "0000:01:00.0"), ("nvidia-smi", "0000:02:00.0"), ("sysfs", "0000:c5:00.0")]
@@ -338,7 +338,7 @@ def test_module_check_mode_reports_the_same(fake_bin, capsys):
 def test_module_rocm_smi_recorded_output(fake_bin, capsys):
     install_fake(fake_bin, "rocm-smi", gpu.rocm_smi_args(), "rocm-smi-strix-halo-96g.json")
     out = run_module({"tools": ["rocm-smi"], "meminfo": str(MEMINFO)}, capsys)
-    (d,) = out["gpu_facts"]["devices"]
+    (d,) = out["gpu_info"]["devices"]
     assert d["name"].startswith("Strix Halo") and d["total_bytes"] == 96 * GIB
     # GTT 108000 MiB is below this host's MemTotal, so nothing is capped
     assert d["usable_bytes"] == 96 * GIB + 108000 * MIB
@@ -349,7 +349,7 @@ def test_module_strict_fails_on_unexpected_output(fake_bin, capsys):
     args = {"tools": ["nvidia-smi", "sysfs"], "sysfs_root": str(SYSFS), "meminfo": str(MEMINFO)}
     lenient = run_module(args, capsys)
     assert "failed" not in lenient
-    assert lenient["gpu_facts"]["errors"][0].startswith("nvidia-smi: memory.total is not a size: 'ERR!' (line 2")
+    assert lenient["gpu_info"]["errors"][0].startswith("nvidia-smi: memory.total is not a size: 'ERR!' (line 2")
     strict = run_module({**args, "strict": True}, capsys)
     assert strict["failed"] is True and strict["msg"].startswith("nvidia-smi: memory.total is not a size")
 
@@ -378,3 +378,28 @@ def test_module_rocm_smi_without_driver_logs_to_stderr_and_exits_0(fake_bin, cap
 def test_module_rejects_an_unknown_tool(capsys):
     out = run_module({"tools": ["cuda-smi"]}, capsys)
     assert out["failed"] is True and "cuda-smi" in out["msg"] and "tools" in out["msg"]
+
+
+def test_old_name_gpu_facts_still_runs_gpu_info_with_a_deprecation(tmp_path):
+    # The rename to gpu_info keeps playbooks that call llmfleet.specdec.gpu_facts and read .gpu_facts working
+    # (meta/runtime.yml plugin_routing), with ansible-core's deprecation warning naming the replacement.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    playbook = tmp_path / "old_name.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - llmfleet.specdec.gpu_facts:\n        tools: []\n        sysfs_root: " + str(SYSFS) + "\n"
+        "        meminfo: " + str(MEMINFO) + "\n      register: old\n"
+        "    - ansible.builtin.assert:\n        that:\n"
+        "          - old.gpu_facts.devices | length > 0\n          - old.gpu_facts == old.gpu_info\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(root / ".build" / "collections"),
+               ANSIBLE_DEPRECATION_WARNINGS="true", ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(playbook)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "gpu_facts" in out and "deprecated" in out.lower() and "llmfleet.specdec.gpu_info" in out

@@ -205,7 +205,7 @@ def test_of_many_processes_racing_for_a_stale_lock_exactly_one_takes_it(tmp_path
         start.set()
         for p in procs:
             p.join(60)
-        results = [out.get(timeout=5) for _ in procs]
+        results = [out.get(timeout=5) for _dummy in procs]
         took = [r for r in results if r[1] == "took"]
         assert len(took) == 1, results
         assert took[0][2] == "dead"  # the winner replaced the dead run's record

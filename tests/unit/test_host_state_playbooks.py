@@ -24,7 +24,7 @@ def playbook(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     return subprocess.run([str(BIN / "ansible-playbook"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, check=False)
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ def test_positions_are_bounded_in_the_counters_parser_too() -> None:
 def _endless(req: Request, conn: socket.socket, server: RawServer) -> None:
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
     piece = b"1," * 32768
-    for _ in range(1100):  # 72 MB at most (twice the cap), then the server gives up
+    for _dummy in range(1100):  # 72 MB at most (twice the cap), then the server gives up
         conn.sendall(piece)
 
 
@@ -252,7 +252,7 @@ def test_the_api_key_does_not_follow_a_redirect_to_another_port() -> None:
         def redirect(req: Request, conn: socket.socket, server: RawServer) -> None:
             conn.sendall(response("307 Temporary Redirect", headers={"Location": target.url + req.path}))
         with raw_server(redirect) as redirector:
-            status, _ = ep.Endpoint(redirector.url, api_key=SECRET).request("GET", "/health")
+            status, _dummy = ep.Endpoint(redirector.url, api_key=SECRET).request("GET", "/health")
     assert status == 200
     assert header_value(redirector.requests[0], "Authorization") == f"Bearer {SECRET}"
     assert header_value(target.requests[0], "Authorization") is None

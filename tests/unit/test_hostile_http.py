@@ -52,7 +52,7 @@ def _hold(server: RawServer) -> None:
 
 
 def test_a_206_that_stalls_mid_body_is_the_projects_error(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -67,7 +67,7 @@ def test_a_206_that_stalls_mid_body_is_the_projects_error(model: tuple[bytes, in
 
 
 def test_a_206_cut_short_is_named_truncated(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -81,7 +81,7 @@ def test_a_206_cut_short_is_named_truncated(model: tuple[bytes, int]) -> None:
 
 @pytest.mark.parametrize("status", ["206", "200"])
 def test_a_bad_chunked_encoding_is_the_projects_error(model: tuple[bytes, int], status: str) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -149,7 +149,7 @@ def test_a_server_dripping_its_headers_is_cut_at_total_timeout() -> None:
 
 
 def test_a_server_dripping_its_body_is_cut_at_total_timeout(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -195,7 +195,7 @@ CREDENTIALS = {"Authorization": "Bearer t0ken", "Cookie": "session=abc", "Proxy-
 
 
 def test_a_redirect_to_another_port_drops_every_credential(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data)) as target, raw_server(_redirect_to(target.url)) as redirector:
         hdr = read_header(f"{redirector.url}/m.gguf", headers=CREDENTIALS, check_data=False)
     assert hdr.get("tokenizer.ggml.tokens").count == 5000
@@ -208,7 +208,7 @@ def test_a_redirect_to_another_port_drops_every_credential(model: tuple[bytes, i
 
 
 def test_a_redirect_within_the_origin_keeps_the_credentials(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         if req.path.startswith("/same/"):
@@ -283,7 +283,7 @@ def test_no_message_repeats_a_presigned_query_or_userinfo(model: tuple[bytes, in
 
 
 def test_userinfo_becomes_basic_auth_for_its_own_origin_only(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data)) as target, raw_server(_redirect_to(target.url)) as redirector:
         read_header(redirector.url.replace("http://", "http://ann:pw@") + "/m.gguf", check_data=False)
     assert header_value(redirector.requests[0], "Authorization") == "Basic YW5uOnB3"
@@ -294,7 +294,7 @@ def test_userinfo_becomes_basic_auth_for_its_own_origin_only(model: tuple[bytes,
 
 
 def test_gguf_info_never_returns_url_headers(model: tuple[bytes, int], capsys: pytest.CaptureFixture[str]) -> None:
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data)) as server:
         args = {"path": f"{server.url}/m.gguf", "url_headers": {"Authorization": f"Bearer {SECRET}"}}
         with patch_module_args(args), pytest.raises(SystemExit):
@@ -309,7 +309,7 @@ def test_gguf_info_never_returns_url_headers(model: tuple[bytes, int], capsys: p
 
 def test_gguf_info_fails_cleanly_on_a_stalling_server(model: tuple[bytes, int],
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -355,7 +355,7 @@ def test_total_timeout_defaults_to_timeout_plus_grace() -> None:
 
 
 def test_the_header_names_its_source_without_the_query(model: tuple[bytes, int]) -> None:
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data)) as server:
         hdr = read_header(f"{server.url}/m.gguf?X-Amz-Signature={SECRET}", check_data=False)
     assert server.requests[0].path == f"/m.gguf?X-Amz-Signature={SECRET}"  # the server still gets it
@@ -371,7 +371,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_https_with_an_untrusted_certificate_names_the_fix(model: tuple[bytes, int], tls) -> None:
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data), tls=tls) as server:
         assert server.url.startswith("https://")
         with pytest.raises(GGUFFetchError, match=r"TLS failed .*CERTIFICATE_VERIFY_FAILED.*validate_certs=false"):
@@ -381,7 +381,7 @@ def test_https_with_an_untrusted_certificate_names_the_fix(model: tuple[bytes, i
 
 
 def test_https_drip_is_cut_at_total_timeout(model: tuple[bytes, int], tls) -> None:
-    data, _ = model
+    data, _dummy = model
 
     def script(req: Request, conn: socket.socket, server: RawServer) -> None:
         start, end = _range(req, len(data))
@@ -407,7 +407,7 @@ def test_a_url_that_does_not_parse_is_named(url: str) -> None:
 def test_the_environment_proxy_is_used_with_its_credentials(model: tuple[bytes, int],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # the proxy is a loopback server; the origin behind it is never contacted
-    data, _ = model
+    data, _dummy = model
     with raw_server(_serve_ranges(data)) as proxy:
         monkeypatch.setenv("http_proxy", proxy.url.replace("http://", "http://pu:pp@"))
         monkeypatch.delenv("no_proxy", raising=False)

@@ -83,7 +83,7 @@ def test_cli_writes_the_standard_set_and_prints_the_index(tmp_path, std_set):
 def test_cli_without_outdir_prints_usage():
     env = {**os.environ, "PYTHONPATH": str(TESTS_DIR)}
     proc = subprocess.run([sys.executable, "-m", "testbed.models"], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
     assert proc.returncode == 2
     assert "usage" in proc.stderr
 
@@ -156,7 +156,7 @@ def test_write_pair_writes_a_scaled_target_and_its_draft(tmp_path):
     tgt, dft = models.write_pair(tmp_path, 0.5)
     t, d = tensors(gguf.GGUFReader(tgt)), tensors(gguf.GGUFReader(dft))
     assert np.array_equal(t["blk.1.ffn_down.weight"].data, d["blk.1.ffn_down.weight"].data)
-    zero, _ = models.write_pair(tmp_path / "zero", 0.0)
+    zero, _dummy = models.write_pair(tmp_path / "zero", 0.0)
     assert not np.any(tensors(gguf.GGUFReader(zero))["blk.3.attn_output.weight"].data)
 
 

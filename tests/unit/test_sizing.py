@@ -184,7 +184,7 @@ def test_every_cache_type_block_arithmetic(cache_type: str, block: int, block_by
     per_pos = sizing.kv_bytes_per_position(f, cache_type, cache_type)
     assert per_pos == 2 * 2 * (8 * 128 // block) * block_bytes
     plan = sizing.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1, "cache_type_k": cache_type,
-                               "cache_type_v": cache_type, "flash_attn": "on"})
+                                    "cache_type_v": cache_type, "flash_attn": "on"})
     assert plan["target"]["total_bytes"] == 4096 * per_pos
     assert f"K ({cache_type})" in plan["target"]["log_lines"][0]
 
@@ -199,7 +199,7 @@ def test_quantized_row_must_hold_whole_blocks() -> None:
         sizing.row_bytes("q8_0", 48)
     with pytest.raises(sizing.SizingError, match="layer 0 K"):
         sizing.kv_plan(facts(1, 1, 48), None, {"ctx_size": 512, "parallel": 1, "cache_type_k": "q4_0",
-                                         "flash_attn": "off"})
+                                               "flash_attn": "off"})
 
 
 # ------------------------------------------------------------------------------ context and slots
@@ -245,7 +245,7 @@ def test_log_line_format_matches_llama_cpp() -> None:
 def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
     f = facts(5, 2, 64, nextn=1)
     plan = sizing.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1, "spec_type": ["draft-mtp"],
-                               "draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"})
+                                    "draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"})
     assert plan["target"]["kv_layers"] == [0, 1, 2, 3]
     d = plan["draft"]
     assert d["model"] == "target (MTP head)" and d["context_type"] == "mtp"
@@ -255,14 +255,14 @@ def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
 
 def test_mtp_with_a_draft_model_is_built_on_the_draft() -> None:
     plan = sizing.kv_plan(facts(5, 2, 64, nextn=1), facts(2, 2, 64), {"ctx_size": 2048, "parallel": 1,
-                                                                "spec_type": "draft-mtp,ngram-mod"})
+                                                                      "spec_type": "draft-mtp,ngram-mod"})
     assert plan["draft"]["kv_layers"] == []
     assert any("doesn't contain MTP layers" in p for p in plan["problems"])
 
 
 def test_draft_cache_types_do_not_follow_the_target() -> None:
     plan = sizing.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 4096, "parallel": 1, "cache_type_k": "q8_0",
-                                                 "cache_type_v": "q8_0", "flash_attn": "on"})
+                                                      "cache_type_v": "q8_0", "flash_attn": "on"})
     assert plan["target"]["cache_type_k"] == "q8_0" and plan["draft"]["cache_type_k"] == "f16"
 
 
@@ -271,7 +271,7 @@ def test_draft_cache_types_do_not_follow_the_target() -> None:
 
 def test_quantized_v_without_flash_attention_will_not_load() -> None:
     r = sizing.kv_budget(facts(2, 2, 64), None, {"ctx_size": 4096, "parallel": 1, "cache_type_v": "q8_0",
-                                            "flash_attn": "off"})
+                                                 "flash_attn": "off"})
     assert r["loads"] is False
     assert any("quantized V cache (q8_0) needs flash attention" in p for p in r["problems"])
     ok = sizing.kv_budget(facts(2, 2, 64), None, {"ctx_size": 4096, "parallel": 1, "cache_type_v": "q8_0"})
@@ -280,7 +280,7 @@ def test_quantized_v_without_flash_attention_will_not_load() -> None:
 
 def test_quantized_k_with_flash_attention_needs_the_block_to_divide_the_head() -> None:
     r = sizing.kv_budget(facts(2, 2, 48), None, {"ctx_size": 4096, "parallel": 1, "cache_type_k": "q4_0",
-                                            "flash_attn": "on"})
+                                                 "flash_attn": "on"})
     assert r["loads"] is False and any("does not divide n_embd_head_k=48" in p for p in r["problems"])
 
 
@@ -328,7 +328,7 @@ def test_layer_counts_as_tensor_split_place_exactly_those_counts(counts: list[in
 def test_kv_and_weights_land_on_their_layers_devices() -> None:
     t = facts(4, 2, 64, layer_bytes=100 * MIB, embd_bytes=50 * MIB, output_bytes=70 * MIB)
     plan = sizing.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0,CUDA1", "tensor_split": "3,2",
-                               "devices": [gpu(0, 24), gpu(1, 24)], "headroom_bytes": 0})
+                                    "devices": [gpu(0, 24), gpu(1, 24)], "headroom_bytes": 0})
     per_layer = 4096 * sizing.kv_bytes_per_position(t, layers=[0])
     rows = {r["device"]: r for r in plan["devices"]}
     assert plan["target"]["layer_devices"] == {"CUDA0": [0, 1, 2], "CUDA1": [3, 4]}
@@ -367,7 +367,7 @@ def test_default_devices_skip_integrated_gpus_when_a_discrete_one_exists() -> No
     assert only_apu["target"]["devices"] == ["ROCm0"]
     assert only_apu["devices"][0]["memory_bytes"] == 120 * GIB          # usable = VRAM + GTT
     named = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1,
-                                               "devices": [{**gpu(0, 8), "llama_device": "Vulkan1"}]})
+                                                   "devices": [{**gpu(0, 8), "llama_device": "Vulkan1"}]})
     assert named["target"]["devices"] == ["Vulkan1"]
 
 
@@ -514,7 +514,7 @@ def test_bad_facts_name_the_model() -> None:
 
 def test_device_flag_none_means_cpu_only() -> None:
     plan = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "device": "none",
-                                              "devices": [gpu(0, 24)]})
+                                                  "devices": [gpu(0, 24)]})
     assert plan["target"]["devices"] == [] and set(plan["target"]["kv_by_device"]) == {"CPU"}
 
 

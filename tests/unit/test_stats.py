@@ -49,7 +49,7 @@ def _keyed(values_by_round):
 
 def test_exactly_twice_as_fast_paired_gives_an_interval_of_exactly_two():
     rng = random.Random(1)
-    base = [[40 * (1 + 0.1 * rng.uniform(-1, 1)) for _ in range(6)] for _ in range(3)]
+    base = [[40 * (1 + 0.1 * rng.uniform(-1, 1)) for _dummy in range(6)] for _dummy in range(3)]
     cand = [[2 * v for v in row] for row in base]
     ci = st.bootstrap_ratio_ci(_keyed(cand), _keyed(base), n=500, seed=3)
     assert ci.scheme == "paired"
@@ -61,8 +61,8 @@ def test_exactly_twice_as_fast_paired_gives_an_interval_of_exactly_two():
 
 def test_twice_as_fast_with_independent_noise_is_a_win_around_two():
     rng = random.Random(7)
-    base = [40 * (1 + 0.15 * rng.uniform(-1, 1)) for _ in range(30)]
-    cand = [80 * (1 + 0.15 * rng.uniform(-1, 1)) for _ in range(30)]
+    base = [40 * (1 + 0.15 * rng.uniform(-1, 1)) for _dummy in range(30)]
+    cand = [80 * (1 + 0.15 * rng.uniform(-1, 1)) for _dummy in range(30)]
     ci = st.bootstrap_ratio_ci(cand, base, n=2000, seed=0)
     assert ci.scheme == "independent"
     assert 1.7 < ci.low < 2.0 < ci.high < 2.3
@@ -71,7 +71,7 @@ def test_twice_as_fast_with_independent_noise_is_a_win_around_two():
 
 def test_identical_configs_make_no_difference():
     rng = random.Random(11)
-    values = [40 * (1 + 0.1 * rng.uniform(-1, 1)) for _ in range(24)]
+    values = [40 * (1 + 0.1 * rng.uniform(-1, 1)) for _dummy in range(24)]
     other = list(values)
     random.Random(5).shuffle(other)  # same distribution, different order: no pairing, only noise
     ci = st.bootstrap_ratio_ci(other, values, n=2000, seed=0)
@@ -82,8 +82,8 @@ def test_identical_configs_make_no_difference():
 
 def test_half_as_fast_is_a_loss():
     rng = random.Random(2)
-    base = [40 * (1 + 0.1 * rng.uniform(-1, 1)) for _ in range(20)]
-    cand = [20 * (1 + 0.1 * rng.uniform(-1, 1)) for _ in range(20)]
+    base = [40 * (1 + 0.1 * rng.uniform(-1, 1)) for _dummy in range(20)]
+    cand = [20 * (1 + 0.1 * rng.uniform(-1, 1)) for _dummy in range(20)]
     ci = st.bootstrap_ratio_ci(cand, base, seed=0)
     assert ci.high < 1.0
     assert st.verdict(ci.low, ci.high) == "loss"
@@ -91,8 +91,8 @@ def test_half_as_fast_is_a_loss():
 
 def test_bootstrap_is_deterministic_for_a_seed_and_moves_with_it():
     rng = random.Random(3)
-    base = [40 * (1 + 0.2 * rng.uniform(-1, 1)) for _ in range(15)]
-    cand = [50 * (1 + 0.2 * rng.uniform(-1, 1)) for _ in range(15)]
+    base = [40 * (1 + 0.2 * rng.uniform(-1, 1)) for _dummy in range(15)]
+    cand = [50 * (1 + 0.2 * rng.uniform(-1, 1)) for _dummy in range(15)]
     a = st.bootstrap_ratio_ci(cand, base, n=1000, seed=42)
     b = st.bootstrap_ratio_ci(cand, base, n=1000, seed=42)
     c = st.bootstrap_ratio_ci(cand, base, n=1000, seed=43)
@@ -207,7 +207,7 @@ def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
 
 def test_per_shape_verdicts_differ_by_shape():
     j = st.judge(make_run({"baseline": {}, "d": drafter(speedup={"prose": 1.5, "echo": 1.0, "identity": 0.7,
-                                                                  "structured": 1.0})}), n_boot=300)
+                                                                 "structured": 1.0})}), n_boot=300)
     verdicts = {s: r["verdict"] for s, r in j["configs"]["d"]["shapes"].items()}
     assert verdicts == {"prose": "win", "echo": "no difference", "structured": "no difference", "identity": "loss"}
 

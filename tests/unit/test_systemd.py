@@ -285,7 +285,7 @@ def test_rollback_script_restores_with_the_controller_gone(tmp_path: Path, statu
         url = f"http://127.0.0.1:{server.server_port}/health"
         Path(paths.script).write_text(sd.render_rollback_script(paths, sys.executable, url, 2 if status != 200 else 10))
         env = dict(os.environ, PATH=f"{_fake_bin(tmp_path)}:{os.environ['PATH']}")
-        proc = subprocess.run([sys.executable, paths.script], env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, paths.script], env=env, capture_output=True, text=True, timeout=60, check=False)
     finally:
         server.shutdown()
     assert proc.returncode == rc, proc.stdout + proc.stderr

@@ -82,8 +82,8 @@ def test_custom_shapes_follow_the_built_in_ones_in_the_bench_plan() -> None:
     custom = {"support": shape(f"{PLAIN}\n{COMPLETION}\n{PLAIN}")}
     warm, schedule, measured = ep.plan_requests(sizes={"prose": {"chars": 200, "n_predict": 8}}, shapes=["prose"],
                                                 prompts_per_shape=1, repeats=2, warmup=2, custom=custom)
-    assert [p.shape for _, p in schedule] == ["prose", "support", "prose", "support"]
-    assert [p.prompt for _, p in schedule if p.shape == "support"] == [
+    assert [p.shape for _dummy, p in schedule] == ["prose", "support", "prose", "support"]
+    assert [p.prompt for _dummy, p in schedule if p.shape == "support"] == [
         "Write a haiku about rivers.", "Once upon a time"]
     assert list(measured) == ["prose", "support"]
     assert [p.shape for p in warm] == ["prose", "support"]
