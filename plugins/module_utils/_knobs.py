@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: what a config's knobs do to memory against the baseline (KV cache and weights).
 """A config's memory beside the baseline's, from two :func:`_sizing.kv_budget` results.
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: lossless versus lossy-by-design judging of A/B configs, and the quality measures.
 """Which configs of an A/B run must be lossless, against which reference, and how different the others are.
 
@@ -288,7 +290,7 @@ def markdown_lines(judged: Mapping[str, Any]) -> list[str]:
             "positions that match over the length both answers have)", ""]
     header = ["config", "shape", "prompts", "identical", "first difference (chars)", "first difference (tokens)",
               "token agreement", "speed verdict"]
-    body = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    body = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _dummy in header) + "|"]
     for name, c in lossy:
         for shape, q in [*c["quality"]["shapes"].items(), ("all", c["quality"]["overall"])]:
             row = (c["shapes"].get(shape) or {}) if shape != "all" else {}

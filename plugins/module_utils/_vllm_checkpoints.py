@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the vLLM rules that need the target's and the draft's checkpoint folders (config.json, tokenizer).
 """What vLLM decides from the checkpoints themselves when it builds its speculative config.
 

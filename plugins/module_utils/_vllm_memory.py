@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: vLLM's KV cache, predicted from the model's config.json and the memory budget, as vLLM sizes it.
 """How many KV cache blocks and tokens vLLM allocates, and the maximum concurrency it logs.
 

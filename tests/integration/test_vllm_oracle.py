@@ -61,7 +61,7 @@ def vllm_verdicts(vllm_python: str, oracle_models: Path, tmp_path_factory: pytes
     (work / "cases.json").write_text(json.dumps(cases))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     proc = subprocess.run([vllm_python, str(ROOT / "tests/testbed/vllm_config_probe.py"), str(work / "cases.json"),
-                           str(work / "verdicts.json")], capture_output=True, text=True, timeout=900, env=env)
+                           str(work / "verdicts.json")], capture_output=True, text=True, timeout=900, env=env, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {r["name"]: r for r in json.loads((work / "verdicts.json").read_text())}
 

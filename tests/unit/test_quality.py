@@ -16,7 +16,7 @@ KV = {"LLAMA_ARG_CACHE_TYPE_K": "q8_0"}
 SPEC = {"chain": ["draft-simple"], "draft": (30, 20)}
 
 
-def altered(shape: str, prompt: int, *_: int) -> str:
+def altered(shape: str, prompt: int, *_dummy: int) -> str:
     """The quantized model's greedy text: prompt 0 of each shape differs from character 10 on."""
     text = greedy_text(shape, prompt)
     return text if prompt else text[:10] + "X" + text[11:]
