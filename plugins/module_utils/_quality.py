@@ -136,7 +136,7 @@ def classify(env: Mapping[str, Any], baseline_env: Mapping[str, Any], name: str 
     elif numerics:
         judging = LOSSY
         source = "inferred: changes " + ", ".join(f"{n['kind']} ({n['flag']} {n['baseline']} -> {n['config']})"
-                                                   for n in numerics)
+                                                  for n in numerics)
     else:
         judging = LOSSLESS
         source = ("inferred: changes only speculative settings" if speculative and not other else
@@ -176,8 +176,8 @@ def plan(configs: Sequence[Mapping[str, Any]], baseline: str,
                     and _without_speculation(options_of(config_env(o))) == mine
                     and {f: v for f, v in options_of(config_env(o)).items() if is_speculative(f)} == base_spec]
             if same:
-                p.update(judging=LOSSLESS, reference=same[0], source=p["source"].replace(
-                             "inferred: changes ", "inferred: speculation layered on ", 1),
+                source = p["source"].replace("inferred: changes ", "inferred: speculation layered on ", 1)
+                p.update(judging=LOSSLESS, reference=same[0], source=source,
                          reference_note=f"same numerics without the speculation ({same[0]}): its speculation "
                                         f"must be lossless against that; quality against the baseline beside it")
             else:
@@ -298,9 +298,9 @@ def markdown_lines(judged: Mapping[str, Any]) -> list[str]:
             if row.get("speedup") is not None:
                 speed = f"{speed} {row['speedup']:.2f}x"
             body.append("| " + " | ".join([name, shape, str(q["prompts"]),
-                                             f"{q['identical']} ({_pct(q['identical_share'])})",
-                                             _num(q["first_difference_chars"]), _num(q["first_difference_tokens"]),
-                                             _pct(q["token_agreement"]), speed]) + " |")
+                                           f"{q['identical']} ({_pct(q['identical_share'])})",
+                                           _num(q["first_difference_chars"]), _num(q["first_difference_tokens"]),
+                                           _pct(q["token_agreement"]), speed]) + " |")
     out += body
     out += ["", "> Speed bought with quality is the operator's decision: a lossy-by-design config is never "
                 "recommended automatically, and promoting it needs the explicit acknowledgement "

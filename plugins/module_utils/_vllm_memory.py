@@ -77,7 +77,7 @@ def model_shape(config: Mapping[str, Any], what: str = "target") -> dict[str, An
     for key in UNSUPPORTED_KEYS:
         value = cfg.get(key)
         if value not in (None, [], 0, False) and not (key == "layer_types" and
-                                                       set(value) <= {"full_attention"}):
+                                                      set(value) <= {"full_attention"}):
             raise VllmMemoryError(
                 f"{what}: config.json sets {key}={value!r}; this prediction covers plain full-attention models only "
                 "(sliding-window, MLA and hybrid caches are grouped differently by vLLM): read the size from the "

@@ -184,9 +184,9 @@ SWEEP_STARTS = [
 # The sweep exists only under LLMFLEET_VLLM_SWEEP=all (`make test-vllm-oracle`): `make test` checks the two KV
 # lines of the tests above, and the sweep's six full starts would add about six minutes to it.
 @pytest.mark.parametrize("target, draft, dtype, gib, max_len, extra", SWEEP_STARTS if SWEEP else [],
-                         ids=lambda v: str(v))
+                         ids=str)
 def _test_kv_cache_line_is_predicted(oracle_models: Path, tmp_path: Path, target: str, draft: str | None, dtype: str,
-                                    gib: int, max_len: int, extra: list[str]) -> None:
+                                     gib: int, max_len: int, extra: list[str]) -> None:
     spec = {"method": "draft_model", "model": str(oracle_models / draft), "num_speculative_tokens": 2} if draft else None
     argv = ["--dtype", dtype, "--max-model-len", str(max_len), *extra]
     if spec:

@@ -117,7 +117,7 @@ def test_method_is_inferred_from_model() -> None:
     assert r["errors"] == [] and codes(r, "warnings") == ["method-inferred"]
     # ...and the name makes it eagle3, as vLLM's SpeculativeConfig.__post_init__ detects it
     assert _vllm.lint(["--speculative-config", json.dumps({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                                                            "num_speculative_tokens": 3})])["effective_chain"] == ["eagle3"]
+                                                           "num_speculative_tokens": 3})])["effective_chain"] == ["eagle3"]
     assert codes(_vllm.validate({"num_speculative_tokens": 3})) == ["method-missing"]
 
 
