@@ -214,8 +214,8 @@ def compare_models(then: Mapping[str, Any], now: Mapping[str, Any], paths: Seque
     out = []
     for path in paths:
         was, is_ = then.get(path), now.get(path)
-        if not isinstance(was, Mapping):
-            continue  # not fingerprinted while measured: nothing to compare with
+        if not isinstance(was, Mapping) or was.get("error"):
+            continue  # not fingerprinted (or not readable) while measured: nothing to compare with
         if not isinstance(is_, Mapping) or is_.get("error"):
             why = is_.get("error") if isinstance(is_, Mapping) else "not read"
             out.append(finding("model-missing", f"model {path} of the promoted config cannot be read now: {why}",

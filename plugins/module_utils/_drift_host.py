@@ -198,8 +198,11 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
     min_drafted = int(drift.check_number("min_draft_tokens", params.get("min_draft_tokens", 50)))
     min_tokens = int(drift.check_number("min_tokens", params.get("min_tokens", 64)))
     host = params.get("host") or ""
+    # promote.yml names the file after specdec_unit as the inventory spells it (with or without .service)
     stem = service_name(unit)[: -len(".service")]
-    path = os.path.join(state_dir, "promoted", safe_path_component(stem, "unit") + ".json")
+    names = dict.fromkeys([safe_path_component(unit, "unit"), safe_path_component(stem, "unit")])
+    candidates = [os.path.join(state_dir, "promoted", name + ".json") for name in names]
+    path = next((c for c in candidates if os.path.exists(c)), candidates[-1])
     evidence = _load_evidence(path)
     result: Dict[str, Any] = {"schema": drift.WATCH_SCHEMA, "unit": service_name(unit), "evidence_path": path,
                               "config": None, "run_id": None, "findings": [], "measured": None, "live": None}

@@ -130,6 +130,8 @@ def test_models_compared_per_path() -> None:
     assert list(f["numbers"]["changed"]) == ["data_sample_sha256"]
     [g] = drift.compare_models(then, {"/m/t.gguf": {"error": "No such file"}}, ["/m/t.gguf"])
     assert g["kind"] == "model-missing" and "No such file" in g["message"]
+    # a file that could not be read while measured has nothing to be compared with
+    assert drift.compare_models({"/m/u": {"error": "x"}}, {"/m/u": {"error": "x"}}, ["/m/u"]) == []
 
 
 def test_live_and_pending_env() -> None:
@@ -237,3 +239,23 @@ def test_band_ignores_requests_of_other_configs() -> None:
     ev2 = copy.deepcopy(ev)
     ev2["report"]["entries"].append({"config": "baseline", "round": 1, "bench": {"requests": [_req("prose", 5, 50, 0)]}})
     assert drift.measured_band(ev2)["acceptance_low"] == drift.measured_band(ev)["acceptance_low"]
+
+
+def _never(argv):
+    raise AssertionError(f"nothing is asked of systemd without evidence: {argv}")
+
+
+def test_no_promotion_is_a_finding_and_touches_nothing(tmp_path) -> None:
+    result = host.watch({"unit": "llama-server", "state_dir": str(tmp_path)}, run=_never)
+    assert [f["kind"] for f in result["findings"]] == ["no-evidence"]
+    assert result["evidence_path"] == str(tmp_path / "promoted" / "llama-server.json")
+    assert result["summary"] == ": no promotion - DRIFT: no-evidence"
+
+
+def test_broken_evidence_fails_naming_the_file(tmp_path) -> None:
+    (tmp_path / "promoted").mkdir()
+    (tmp_path / "promoted" / "llama-server.service.json").write_text("{")
+    with pytest.raises(drift.DriftInputError, match="llama-server.service.json is not JSON"):
+        host.watch({"unit": "llama-server.service", "state_dir": str(tmp_path)}, run=_never)
+    with pytest.raises(drift.DriftInputError, match="window: expected a number of at least 0"):
+        host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": -1}, run=_never)
