@@ -248,8 +248,8 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
                                       lock=dict(lock)))
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
         return result
-    dropin = override_paths(unit).dropin
-    if dropin in view.dropins:
+    dropin = override_paths(view.unit).dropin
+    if dropin in view.dropins or os.path.exists(dropin):
         findings.append(drift.finding("override-active", f"an A/B candidate override {dropin} is in place and no "
                                       "A/B run holds the unit: a run was killed before its restore, and its dead-man "
                                       "timer has not restored production",

@@ -255,7 +255,7 @@ def test_no_promotion_is_a_finding_and_touches_nothing(tmp_path) -> None:
 def test_broken_evidence_fails_naming_the_file(tmp_path) -> None:
     (tmp_path / "promoted").mkdir()
     (tmp_path / "promoted" / "llama-server.service.json").write_text("{")
-    with pytest.raises(drift.DriftInputError, match="llama-server.service.json is not JSON"):
+    with pytest.raises(drift.DriftInputError, match=re.escape("llama-server.service.json is not JSON")):
         host.watch({"unit": "llama-server.service", "state_dir": str(tmp_path)}, run=_never)
     with pytest.raises(drift.DriftInputError, match="window: expected a number of at least 0"):
         host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": -1}, run=_never)
