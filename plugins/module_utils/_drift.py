@@ -348,9 +348,10 @@ def judge_age(measured_at: Optional[_dt.datetime], promoted_at: Optional[_dt.dat
     if age <= max_age_days:
         return []
     when = f", promoted {promoted_at.isoformat()}" if promoted_at else ""
-    return [finding("evidence-too-old", f"the promoted config was measured {age:.1f} days ago "
+    shown = f"{age:.1f} days" if age >= 1 else f"{age * 24:.2f} hours"
+    return [finding("evidence-too-old", f"the promoted config was measured {shown} ago "
                     f"({measured_at.isoformat()}{when}), more than specdec_watch_max_age_days = {max_age_days:g}",
-                    RERUN, age_days=round(age, 2), max_age_days=max_age_days)]
+                    RERUN, age_days=round(age, 4), age_hours=round(age * 24, 2), max_age_days=max_age_days)]
 
 
 def summary_line(host: str, findings: Sequence[Mapping[str, Any]], config: Optional[str]) -> str:

@@ -154,6 +154,9 @@ def test_age() -> None:
     [f] = drift.judge_age(measured, None, now, 7)
     assert f["kind"] == "evidence-too-old" and f["numbers"]["age_days"] == 29.0
     assert drift.judge_age(measured, None, now, 0) == []
+    # an hour-old measurement against a limit of minutes: the age is not rounded away
+    [g] = drift.judge_age(now - dt.timedelta(hours=1), None, now, 0.01)
+    assert g["numbers"]["age_hours"] == 1.0 and g["numbers"]["age_days"] > 0 and "1.00 hours" in g["message"]
 
 
 def test_model_paths_from_env_and_extra_args() -> None:
