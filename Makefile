@@ -139,7 +139,7 @@ endef
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
