@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller-side filters for drift watching: model paths of a rendering, the findings that fail a watch, its lines.
 """- ``env | llmfleet.specdec.model_paths``: the model files a llama-server with this env loads.
 - ``findings | llmfleet.specdec.watch_failing(fail_on, ignore)``: the findings that fail the watch: every drift

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: is production still the winner? Findings from the promoted evidence against the host now.
 """Drift, as pure functions over plain data (the host reads live in ``_drift_host``).
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection: the host reads a drift watch needs (fingerprints, the unit's live env, /metrics twice).
 """What a host holds now, read without changing anything; ``_drift`` judges it against the promoted evidence.
 
@@ -262,7 +264,7 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
         return result
     live_env = view.environ()
-    findings += drift.compare_live(promoted, live_env, view.pending_env(), view.unit, [p for p, _ in view.env_files])
+    findings += drift.compare_live(promoted, live_env, view.pending_env(), view.unit, [p for p, _dummy in view.env_files])
     result["live"] = {"pid": view.pid, "started": view.show.get("ExecMainStartTimestamp"),
                       "model_paths": drift.model_paths(live_env or {})}
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Is production still the winner? Compare a unit's promoted evidence with the host now; changes nothing.
 from __future__ import annotations
 
