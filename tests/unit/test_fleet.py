@@ -252,3 +252,30 @@ def test_the_action_can_fail_a_scheduled_job_on_disagreement_after_writing(actio
     assert proc.returncode != 0
     assert "the hosts of GPU families gpu_x disagree" in proc.stdout
     assert (action_dir / "results" / "_fleet" / "r1" / "fleet.md").exists()
+
+
+def test_in_rolling_batches_a_failing_host_does_not_stop_the_hosts_after_it(tmp_path):
+    """Both hosts fail the role's first check, before anything is touched; the second must still run.
+
+    Ansible ends the whole playbook when every host of a batch failed: with batches of one host, a failure on the
+    first host used to stop every host after it.
+    """
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {
+        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable} for h in ("h1", "h2")}}}))
+    proc = ansible_playbook(["-i", str(inventory), "-l", "all", "-e", "specdec_ab_batch=1",
+                             "-e", "spec_ab_rollback_after=10", "-e", "spec_ab_health_timeout=60",
+                             "-e", f"spec_ab_results_dir={tmp_path / 'results'}", "-e", "specdec_state_dir=/nonexistent",
+                             "spec-ab.yml"], ROOT)
+    out = proc.stdout
+    assert proc.returncode == 2, out[-3000:]
+    assert out.count("PLAY [A/B the hosts' speculative configs]") == 2  # one batch per host
+    for host in ("h1", "h2"):
+        assert f"fatal: [{host}]: FAILED!" in out and "The dead-man must outlast a candidate's start" in out
+        assert f"{host}                         : ok=" in out
+    recap = out[out.rindex("PLAY RECAP"):]
+    assert "failed=1" in recap.split("h1")[1].splitlines()[0] and "failed=1" in recap.split("h2")[1].splitlines()[0]
+    # the fleet report still lists both, each with why it has no report
+    fleet = json.loads(next((tmp_path / "results" / "_fleet").glob("*/fleet.json")).read_text())
+    assert fleet["without_report"] == ["h1", "h2"]
+    assert all("spec_ab_rollback_after (10 s) must be longer" in h["error"] for h in fleet["hosts"])
