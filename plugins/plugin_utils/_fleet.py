@@ -217,7 +217,8 @@ def markdown(document: Mapping[str, Any], images: Sequence[str] = ()) -> str:
     """The fleet report: one table per GPU family (host, run, recommendation, pick per shape), flags first."""
     hosts = document["hosts"]
     fams = document["families"]
-    out = [f"# Speculative-decoding A/B across the fleet: {len(hosts)} hosts, {len(fams)} GPU families", ""]
+    out = [f"# Speculative-decoding A/B across the fleet: {len(hosts)} host{'' if len(hosts) == 1 else 's'}, "
+           f"{len(fams)} GPU famil{'y' if len(fams) == 1 else 'ies'}", ""]
     if document.get("name"):
         out += [f"Report {_md(document['name'])}.", ""]
     out += ["Per host and shape: the config that won there with the largest speedup (**bold**), or `keep` the "
