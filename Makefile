@@ -84,6 +84,7 @@ demo: venv collection llama-server models
 	$(VENV)/bin/ansible-playbook playbooks/preflight.yml -l specdec-demo
 	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=ab
 	@echo "A/B report: $$(ls -d $(CURDIR)/results/specdec-molecule-ab/*/ | sort | tail -1)report.md"
+	@echo "fleet report: $$(ls -d $(CURDIR)/results/_fleet/*/ | sort | tail -1)fleet.md"
 
 lint: venv
 	$(PY) -m ruff check .
@@ -139,7 +140,7 @@ endef
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch fleet
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
@@ -154,7 +155,7 @@ molecule: venv collection llama-server models win-models
 	  echo "molecule scenario $$scenario: $$((SECONDS - start)) s"; \
 	done; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
-	  left=$$(podman ps -aq --filter name="^specdec-molecule-$$scenario$$"); \
+	  left=$$(podman ps -aq --filter name="^specdec-molecule-$$scenario(-[a-z0-9]+)?$$"); \
 	  if [ -n "$$left" ]; then \
 	    echo "molecule scenario $$scenario left its container behind, removing it"; \
 	    podman rm -f $$left >/dev/null; failed=$$((failed + 1)); \
@@ -215,6 +216,14 @@ benchmark-ab: venv collection llama-server models
 	@$(container_tools)
 	@$(host_env); \
 	PYTHONPATH=.build/collections $(PY) benchmarks/ab_overhead.py
+
+# spec-ab.yml on 1 container host and on 3 at once (molecule/fleet's containers; not beside make molecule): wall
+# times against the goal "3 at once within 1.5x of one", and how far the measured rates moved.
+.PHONY: benchmark-fleet
+benchmark-fleet: venv collection llama-server models
+	@$(container_tools)
+	@$(host_env); \
+	PYTHONPATH=.build/collections $(PY) benchmarks/fleet_scaling.py
 
 # How often the A/B calls an identical config (A/A twin) different, and a real win a win: many protocol-shaped
 # runs on the real llama-server (tests/testbed/server.py, no systemd), old and new method side by side.
