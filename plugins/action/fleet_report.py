@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller side of the fleet report: the hosts' A/B reports by GPU family into fleet.json, fleet.md and a PNG.
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars or {})
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
             name = safe_path_component(args["name"], "name")
             document = _fleet.build(args["hosts"], prefix=args["family_prefix"], name=name)

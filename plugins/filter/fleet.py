@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Controller-side filters for multi-host A/B runs: the play's batch size, and each host's entry for the fleet report.
 from __future__ import annotations
 

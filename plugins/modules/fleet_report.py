@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Documentation of the fleet_report action: the hosts' A/B reports by GPU family into one report on the controller.
 from __future__ import annotations
 

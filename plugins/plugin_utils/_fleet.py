@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection, controller only: one report across the hosts of a multi-host A/B run, by GPU family.
 """The fleet report (schema ``llmfleet.specdec/fleet-report/1``).
 

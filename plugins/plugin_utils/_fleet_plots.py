@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Private to the collection, controller only: the fleet report's PNG, drawn with the A/B report's plot helpers.
 """One grid for the fleet document (``llmfleet.specdec/fleet-report/1``): a row per host, grouped by GPU family,
 a column per shape; each cell the host's pick on that shape and its speedup. matplotlib is optional, as for
