@@ -12,18 +12,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import ARGUMENT_SPEC
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
-
-ARGUMENT_SPEC: dict[str, Any] = {
-    "hosts": {"type": "list", "elements": "dict", "required": True},
-    "results_dir": {"type": "path", "default": "results"},
-    "name": {"type": "str", "required": True},
-    "family_prefix": {"type": "str", "default": _fleet.DEFAULT_PREFIX},
-    "plots": {"type": "bool", "default": True},
-    "fail_on_disagreement": {"type": "bool", "default": False},
-    "stats_key": {"type": "str", "default": "specdec_fleet"},
-}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

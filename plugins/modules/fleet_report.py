@@ -78,7 +78,7 @@ attributes:
 seealso:
   - module: llmfleet.specdec.spec_report
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -145,10 +145,12 @@ plot_notes:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import ARGUMENT_SPEC
+
 
 def main() -> None:
     # fleet_report is an action plugin: the controller runs it, so this only runs when it is misused.
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True, bypass_checks=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, bypass_checks=True)
     module.fail_json(msg="llmfleet.specdec.fleet_report runs on the controller as an action plugin; "
                          "it cannot run on a host (was it called through a path that bypasses action plugins?)")
 

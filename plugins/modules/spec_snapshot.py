@@ -38,7 +38,7 @@ options:
 seealso:
   - module: llmfleet.specdec.spec_watch
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

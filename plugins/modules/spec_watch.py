@@ -12,7 +12,7 @@ version_added: 0.3.0
 description:
   - Reads the evidence of the unit's last promotion (C(<state_dir>/promoted/<unit>.json), written by
     C(playbooks/promote.yml)) and compares it with the host now. Nothing is changed, in or out of check mode, and
-    RV(changed) is always false.
+    C(changed) is always false.
   - The build - the llama.cpp build record (role C(llmfleet.specdec.llamacpp_build)) and the sha256 of the
     executable the unit runs - against those recorded while the A/B measured (the report's
     C(environment.measured_on)).
@@ -90,7 +90,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_snapshot
 author:
-  - llmfleet maintainers
+  - llmfleet.specdec maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -168,8 +168,8 @@ ARGUMENT_SPEC = dict(
     validate_certs=dict(type="bool", default=True),
     build_record=dict(type="path"),
     window=dict(type="float", default=300),
-    min_tokens=dict(type="int", default=64),
-    min_draft_tokens=dict(type="int", default=50),
+    min_tokens=dict(type="int", default=64, no_log=False),
+    min_draft_tokens=dict(type="int", default=50, no_log=False),
     acceptance_tolerance=dict(type="float", default=0.05),
     mean_len_tolerance=dict(type="float", default=0.25),
     max_age_days=dict(type="float", default=30),

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import DEFAULT_PREFIX
+
 SCHEMA = "llmfleet.specdec/fleet-report/1"
 AB_SCHEMA = "llmfleet.specdec/ab-report/1"
-DEFAULT_PREFIX = "gpu_"
 UNGROUPED = "(no GPU family group)"
 OK = "OK"
 WIN = "win"
