@@ -95,7 +95,7 @@ class VllmServer:
             cmd += ["--speculative-config", json.dumps(self.speculative, separators=(",", ":"))]
         return cmd + self.args
 
-    def start(self, wait: bool = True, timeout: float = 300.0) -> VllmServer:
+    def start(self, wait: bool = True, timeout: float = 900.0) -> VllmServer:
         if self._proc is not None:
             raise VllmServerError("this VllmServer was already started")
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
@@ -107,7 +107,7 @@ class VllmServer:
             self.wait_healthy(timeout)
         return self
 
-    def wait_healthy(self, timeout: float = 300.0) -> None:
+    def wait_healthy(self, timeout: float = 900.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.returncode is not None:
