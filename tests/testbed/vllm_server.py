@@ -98,7 +98,9 @@ class VllmServer:
     def start(self, wait: bool = True, timeout: float = 900.0) -> VllmServer:
         if self._proc is not None:
             raise VllmServerError("this VllmServer was already started")
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
+        # nobind: vLLM would pin its worker to core 0 (and reserve core 1), so parallel test servers would queue there.
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+               "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **self.env}
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
