@@ -68,11 +68,11 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q tests/unit
 
-test-integration: venv collection llama-server
+test-integration: venv collection llama-server vllm-testbed
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q tests/integration
 
 # Everything CI runs: lint, sanity, unit, integration (real llama-server).
-test: venv collection llama-server
+test: venv collection llama-server vllm-testbed
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
 	$(MAKE) --no-print-directory molecule
