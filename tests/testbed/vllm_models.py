@@ -203,6 +203,7 @@ def write_set(outdir: str | Path) -> dict:
     root = Path(outdir)
     cached = _cached_index(root)
     if cached is not None:
+        _readable(root)
         return cached
     root.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer()
@@ -216,7 +217,14 @@ def write_set(outdir: str | Path) -> dict:
         "files": _file_hashes(root),
     }
     (root / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    _readable(root)
     return index
+
+
+def _readable(root: Path) -> None:
+    """World-readable files: safetensors writes its file 0600, and vLLM runs as a service user in the test hosts."""
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -95,10 +95,12 @@ class VllmServer:
             cmd += ["--speculative-config", json.dumps(self.speculative, separators=(",", ":"))]
         return cmd + self.args
 
-    def start(self, wait: bool = True, timeout: float = 300.0) -> VllmServer:
+    def start(self, wait: bool = True, timeout: float = 900.0) -> VllmServer:
         if self._proc is not None:
             raise VllmServerError("this VllmServer was already started")
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
+        # nobind: vLLM would pin its worker to core 0 (and reserve core 1), so parallel test servers would queue there.
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+               "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **self.env}
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
@@ -107,14 +109,14 @@ class VllmServer:
             self.wait_healthy(timeout)
         return self
 
-    def wait_healthy(self, timeout: float = 300.0) -> None:
+    def wait_healthy(self, timeout: float = 900.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.returncode is not None:
                 raise VllmServerError(f"vLLM exited with {self.returncode} before it was healthy; "
                                       f"log {self.log_path}:\n{self.log_text()[-4000:]}")
             try:
-                status, _dummy = self.request("GET", "/health", timeout=2.0)
+                status, _ = self.request("GET", "/health", timeout=2.0)
             except OSError:
                 status = 0
             if status == 200:
@@ -201,7 +203,7 @@ class VllmServer:
         samples: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
-                name, _dummy, value = line.rpartition(" ")
+                name, _, value = line.rpartition(" ")
                 try:
                     samples[name] = float(value)
                 except ValueError:
