@@ -16,7 +16,7 @@ def test_models_are_byte_identical_on_every_run(tmp_path):
     python = str(find_vllm_venv() / "bin" / "python")
     for name in ("a", "b"):
         proc = subprocess.run([python, str(GENERATOR), str(tmp_path / name)], capture_output=True, text=True,
-                              timeout=600)
+                              timeout=600, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
     first = json.loads((tmp_path / "a" / "index.json").read_text())
     second = json.loads((tmp_path / "b" / "index.json").read_text())

@@ -116,7 +116,7 @@ class VllmServer:
                 raise VllmServerError(f"vLLM exited with {self.returncode} before it was healthy; "
                                       f"log {self.log_path}:\n{self.log_text()[-4000:]}")
             try:
-                status, _ = self.request("GET", "/health", timeout=2.0)
+                status, _dummy = self.request("GET", "/health", timeout=2.0)
             except OSError:
                 status = 0
             if status == 200:
@@ -203,7 +203,7 @@ class VllmServer:
         samples: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
+                name, _dummy, value = line.rpartition(" ")
                 try:
                     samples[name] = float(value)
                 except ValueError:

@@ -26,7 +26,7 @@ def render(out: Path, *extra: str) -> Path:
         [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-l", "frank-zealot", "-e", "ansible_connection=local",
          "-e", "ansible_become=false", "-e", f"ansible_python_interpreter={sys.executable}",
          "-e", f"specdec_render_dir={out}", *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out / "frank-zealot"
 
@@ -63,12 +63,12 @@ def test_launcher_gives_the_server_module_the_model_as_model_flag(cpu_host, tmp_
     recorder.chmod(0o755)
     env = read_env_values((cpu_host / "vllm.env").read_text())
     proc = subprocess.run([sys.executable, str(LAUNCHER), str(recorder), "-m", API_SERVER],
-                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(proc.stdout)
     assert argv[:6] == ["-m", API_SERVER, "--model", "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit", "--host", "127.0.0.1"]
     served = subprocess.run([sys.executable, str(LAUNCHER), str(recorder), "serve"],
-                            env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+                            env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30, check=False)
     assert json.loads(served.stdout)[:3] == ["serve", "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit", "--host"]
 
 
@@ -123,6 +123,6 @@ def test_gpu_only_rocm_venv_needs_its_wheel_index(tmp_path):
         "      vars: {vllm_serve_accelerator: rocm, vllm_serve_install: venv, vllm_serve_model: /m}\n")
     proc = subprocess.run([str(BIN / "ansible-playbook"), str(play), "-e", "ansible_connection=local",
                            "-e", f"ansible_python_interpreter={sys.executable}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode != 0
     assert "a ROCm venv needs vllm_serve_pip_extra_args" in proc.stdout
