@@ -3,8 +3,6 @@
 # Controller side of the fleet report: the hosts' A/B reports by GPU family into fleet.json, fleet.md and a PNG.
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +13,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import ARGUMENT_SPEC
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import write_atomic
 
 
 class ActionModule(ActionBase):
@@ -63,7 +48,7 @@ class ActionModule(ActionBase):
         to_write = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
         if not self._task.check_mode:
             for path in to_write:
-                _write_atomic(path, files[path])
+                write_atomic(path, files[path])
 
         summary = _fleet.summary_lines(document)
         result.update(

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import math
-import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
 from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import write_atomic
 
 
 def _d_s(value: Any) -> float | dict[str, float] | None:
@@ -39,19 +38,6 @@ def _d_s(value: Any) -> float | dict[str, float] | None:
         return {str(k): number(v, f"d_s_ms.{k}") for k, v in value.items()}
     return number(value, "d_s_ms")
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _history_bytes(path: Path, document: dict[str, Any]) -> bytes:
@@ -112,7 +98,7 @@ class ActionModule(ActionBase):
         to_write = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
         if not self._task.check_mode:
             for path in to_write:
-                _write_atomic(path, files[path])
+                write_atomic(path, files[path])
 
         summary = _report.summary_lines(document)
         stats = dict(_report.history_record(document), report_dir=str(report_dir), summary=summary)
