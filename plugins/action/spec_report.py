@@ -39,7 +39,6 @@ def _d_s(value: Any) -> float | dict[str, float] | None:
     return number(value, "d_s_ms")
 
 
-
 def _history_bytes(path: Path, document: dict[str, Any]) -> bytes:
     """history.jsonl with this run's line appended, or replacing the line of an earlier report of the same run
     (the same merge the host's own history gets)."""
