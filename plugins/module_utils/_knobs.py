@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import fmt_bytes
+from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import fmt_bytes
 
 
 def kv_bytes(budget: Mapping[str, Any]) -> int:

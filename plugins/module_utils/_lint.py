@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import SOURCE_TREE
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import BYTES_PER_VALUE as KV_BYTES
 
 # The pinned tree records no build number (its --version prints the local git count); the field
 # notes call that era b10133+, so a build given as None is treated as that.
@@ -72,8 +73,6 @@ DFLASH_DEFAULT_BLOCK_SIZE = 16  # common_speculative_impl_draft_dflash: block_si
 NGRAM_MOD_MIN_MATCH = 16        # common_speculative_impl_ngram_mod warns below this n_match
 MTP_USEFUL_DEPTH = 3            # field notes: accepted MTP draft lengths are 2-3 tokens
 DRAFT_KV_WARN_BYTES = 512 * 2**20  # a full-window draft KV below this is not worth a warning
-KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-            "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
 
 # Header values beyond the facts contract that these rules read (model_facts(keys=...) -> facts["values"]).
 HEADER_KEYS = ("dflash.target_layers", "dflash.block_size", "dflash.has_confidence_head", "dflash.sample_from_anchor",

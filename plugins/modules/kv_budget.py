@@ -391,13 +391,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_config
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
+from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import CACHE_TYPES, SizingError, config_from_parsed
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
-from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import (
-    CACHE_TYPES,
-    SizingError,
-    config_from_parsed,
-    kv_budget,
-)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import kv_budget
 from ansible_collections.llmfleet.specdec.plugins.module_utils._vllm_memory import kv_budget_result
 
 _TYPES = list(CACHE_TYPES)

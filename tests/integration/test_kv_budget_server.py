@@ -1,6 +1,6 @@
 """kv_budget's sizes against the real llama-server: the server's own load log is the oracle.
 
-For each case the prediction (``_sizing.kv_plan`` on the header facts of the real GGUF files) is
+For each case the prediction (``_placement.kv_plan`` on the header facts of the real GGUF files) is
 compared with what llama-server prints at load, per context (target, then draft or MTP) and per
 cache (full, then sliding-window):
 
@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
@@ -37,7 +39,7 @@ from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration
 
-MIB = sizing.MIB
+MIB = kv.MIB
 # 0.01 MiB in bytes: below this many cells x streams the printed MiB cannot pin a byte count
 EXACT_FROM = math.ceil(0.01 * MIB)
 
@@ -221,7 +223,7 @@ def _mib2(n: int) -> str:
 def test_predicted_kv_equals_the_server_log(case: str, llama_server_bin: str, standard_models: dict[str, Path],
                                             facts_of: Any, tmp_path: Path) -> None:
     target, draft, args, config = CASES[case]
-    plan = sizing.kv_plan(facts_of(target), facts_of(draft), config)
+    plan = placement.kv_plan(facts_of(target), facts_of(draft), config)
     assert not plan["problems"], plan["problems"]
     predicted = [c for c in (plan["target"], plan["draft"]) if c is not None]
     n_lines = sum(len(c["log_lines"]) for c in predicted)
@@ -277,6 +279,6 @@ def test_k_block_not_dividing_the_head_is_refused_as_predicted(llama_server_bin:
     assert server.wait_exit(timeout=30) != 0
     assert "does not divide n_embd_head_k=48" in server.log_text()
     # and the same model with f16 loads, sized as predicted
-    ok = sizing.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1})
+    ok = placement.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1})
     log = run_server(llama_server_bin, model, None, ["-c", "2048", "-np", "1"], tmp_path / "ok", 1)
     assert parse_contexts(log)[0]["caches"] == ok["target"]["log_lines"]

@@ -11,6 +11,8 @@ from ansible.module_utils.testing import patch_module_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
@@ -18,7 +20,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts impo
 from ansible_collections.llmfleet.specdec.plugins.modules import kv_budget as kv_budget_module
 from testbed.models import ModelSpec, write_model
 
-KIB, MIB, GIB = sizing.KIB, sizing.MIB, sizing.GIB
+KIB, MIB, GIB = kv.KIB, kv.MIB, kv.GIB
 
 
 def facts(n_layer: int, n_kv: int | list[int], head: int, *, arch: str = "llama", window: int | None = None,
@@ -69,8 +71,8 @@ def gpu(index: int, total_gib: float, free_gib: float | None = None, **extra: An
 
 def test_dspark_drafter_is_20_kib_per_position_and_5_gib_at_262144() -> None:
     # 5 layers x 2 (K and V) x 8 KV heads x 128 dims x 2 bytes (f16)
-    assert sizing.kv_bytes_per_position(dspark(), "f16", "f16") == 5 * 2 * 8 * 128 * 2 == 20 * KIB
-    plan = sizing.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": 262144, "parallel": 1})
+    assert kv.kv_bytes_per_position(dspark(), "f16", "f16") == 5 * 2 * 8 * 128 * 2 == 20 * KIB
+    plan = placement.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": 262144, "parallel": 1})
     draft = plan["draft"]
     assert draft["per_position_bytes"] == 20 * KIB
     assert draft["total_bytes"] == 5 * GIB                      # 262144 x 20 KiB, no window to cap it
@@ -80,7 +82,7 @@ def test_dspark_drafter_is_20_kib_per_position_and_5_gib_at_262144() -> None:
 
 def test_draft_context_follows_the_target_with_no_cap() -> None:
     """cparams.n_ctx = llama_n_ctx(ctx_tgt): the drafter's KV grows with the target's context."""
-    sizes = [sizing.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": c, "parallel": 1})["draft"]["total_bytes"]
+    sizes = [placement.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": c, "parallel": 1})["draft"]["total_bytes"]
              for c in (4096, 65536, 262144)]
     assert sizes == [4096 * 20 * KIB, 65536 * 20 * KIB, 262144 * 20 * KIB]
 
@@ -90,7 +92,7 @@ def test_dflash_window_2048_is_about_40_mib() -> None:
     min(n_ctx, window x sequences + n_ubatch) cells padded to 256, so at one slot it allocates
     2048 + 512 = 2560 cells = 50 MiB, whatever the target's context."""
     for ctx in (32768, 262144):
-        d = sizing.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": ctx, "parallel": 1})["draft"]
+        d = placement.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": ctx, "parallel": 1})["draft"]
         assert d["per_position_bytes"] == 20 * KIB
         assert d["swa_window_bytes"] == 2048 * 20 * KIB == 40 * MIB
         assert [c["cache"] for c in d["caches"]] == ["full", "swa"]
@@ -99,27 +101,27 @@ def test_dflash_window_2048_is_about_40_mib() -> None:
         assert swa["layers"] == [0, 1, 2, 3, 4] and swa["cells"] == 2560
         assert d["total_bytes"] == 2560 * 20 * KIB == 50 * MIB
     # the window caps it: 100x less than the DSpark drafter at the same context
-    assert sizing.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": 262144, "parallel": 1})["draft"]["total_bytes"] \
+    assert placement.kv_plan(facts(4, 2, 64), dspark(), {"ctx_size": 262144, "parallel": 1})["draft"]["total_bytes"] \
         > 100 * 50 * MIB
 
 
 def test_dflash_window_with_slots() -> None:
     # unified (server default: 4 slots): the window of every sequence in one stream, plus one ubatch
-    auto = sizing.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 262144})["draft"]
+    auto = placement.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 262144})["draft"]
     assert auto["context"]["n_seq_max"] == 4 and auto["context"]["n_stream"] == 1
-    assert auto["caches"][1]["cells"] == sizing.pad(2048 * 4 + 512) == 8704
+    assert auto["caches"][1]["cells"] == kv.pad(2048 * 4 + 512) == 8704
     assert auto["total_bytes"] == 8704 * 20 * KIB
     # -np 4 without -kvu: four streams of one window + ubatch each
-    split = sizing.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 262144, "parallel": 4})["draft"]
+    split = placement.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 262144, "parallel": 4})["draft"]
     assert split["caches"][1]["cells"] == 2560 and split["caches"][1]["streams"] == 4
     assert split["total_bytes"] == 4 * 2560 * 20 * KIB
     # --swa-full sizes the window layers like full ones
-    full = sizing.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 8192, "parallel": 1, "swa_full": True})["draft"]
+    full = placement.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 8192, "parallel": 1, "swa_full": True})["draft"]
     assert full["total_bytes"] == 8192 * 20 * KIB
 
 
 def test_swa_cache_never_exceeds_the_context() -> None:
-    d = sizing.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 1000, "parallel": 1})["draft"]
+    d = placement.kv_plan(facts(4, 2, 64), dflash(), {"ctx_size": 1000, "parallel": 1})["draft"]
     assert d["context"]["n_ctx"] == 1024 and d["caches"][1]["cells"] == 1024
 
 
@@ -129,26 +131,26 @@ def test_swa_cache_never_exceeds_the_context() -> None:
 def test_per_layer_kv_heads() -> None:
     f = facts(4, [2, 1, 2, 1], 32)
     # K row of layer il = heads(il) x 32 x 2 bytes; V the same with flash attention
-    assert sizing.kv_bytes_per_position(f) == (2 + 1 + 2 + 1) * 32 * 2 * 2
-    assert sizing.kv_bytes_per_position(f, layers=[1]) == 1 * 32 * 2 * 2
+    assert kv.kv_bytes_per_position(f) == (2 + 1 + 2 + 1) * 32 * 2 * 2
+    assert kv.kv_bytes_per_position(f, layers=[1]) == 1 * 32 * 2 * 2
     # -fa off: V is transposed and every layer's V row is padded to the widest (2 heads)
-    assert sizing.kv_bytes_per_position(f, flash_attn=False) == (2 + 1 + 2 + 1) * 64 + 4 * 2 * 32 * 2
-    plan = sizing.kv_plan(f, None, {"ctx_size": 1024, "parallel": 1, "flash_attn": "off"})
+    assert kv.kv_bytes_per_position(f, flash_attn=False) == (2 + 1 + 2 + 1) * 64 + 4 * 2 * 32 * 2
+    plan = placement.kv_plan(f, None, {"ctx_size": 1024, "parallel": 1, "flash_attn": "off"})
     assert plan["target"]["v_trans"] is True
     assert [r["v_row_bytes"] for r in plan["target"]["caches"][0]["rows"]] == [128, 128, 128, 128]
     assert [r["k_row_bytes"] for r in plan["target"]["caches"][0]["rows"]] == [128, 64, 128, 64]
     # -fa auto sizes like on: llama.cpp creates the cache before it resolves auto
-    auto = sizing.kv_plan(f, None, {"ctx_size": 1024, "parallel": 1})["target"]
+    auto = placement.kv_plan(f, None, {"ctx_size": 1024, "parallel": 1})["target"]
     assert auto["v_trans"] is False and auto["v_bytes"] == auto["k_bytes"]
 
 
 def test_head_size_defaults_to_embedding_over_heads_and_swa_head_sizes() -> None:
     f = facts(2, 4, 128)
     f.update(key_length=None, value_length=None, embedding_length=2048, head_count=16)
-    assert sizing.kv_bytes_per_position(f) == 2 * 2 * 4 * (2048 // 16) * 2
+    assert kv.kv_bytes_per_position(f) == 2 * 2 * 4 * (2048 // 16) * 2
     g = facts(2, 2, 128, window=512, pattern=[True, False])
     g["key_length_swa"] = g["value_length_swa"] = 64
-    assert sizing.kv_bytes_per_position(g) == (2 * 64 * 2) * 2 + (2 * 128 * 2) * 2
+    assert kv.kv_bytes_per_position(g) == (2 * 64 * 2) * 2 + (2 * 128 * 2) * 2
 
 
 def test_hybrid_model_counts_only_attention_layers(tmp_path: Path) -> None:
@@ -158,15 +160,15 @@ def test_hybrid_model_counts_only_attention_layers(tmp_path: Path) -> None:
     f = model_facts(read_header(str(write_model(tmp_path / "hybrid.gguf", spec))))
     assert f["kv_layers"] == [3, 7]
     per_layer = 2 * (2 * 32 * 2)
-    assert sizing.kv_bytes_per_position(f) == 2 * per_layer
-    plan = sizing.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1})
+    assert kv.kv_bytes_per_position(f) == 2 * per_layer
+    plan = placement.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1})
     assert plan["target"]["kv_layers"] == [3, 7] and plan["target"]["total_bytes"] == 4096 * 2 * per_layer
     assert any("recurrent layers hold no KV cache" in n for n in plan["notes"])
 
 
 def test_window_without_pattern_is_assumed_everywhere_and_said() -> None:
     f = facts(3, 2, 64, window=128)
-    plan = sizing.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1})
+    plan = placement.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1})
     assert plan["target"]["swa_layers"] == [0, 1, 2]
     assert any("no per-layer pattern" in n for n in plan["notes"])
 
@@ -179,26 +181,26 @@ def test_window_without_pattern_is_assumed_everywhere_and_said() -> None:
     ("q5_0", 32, 22), ("q5_1", 32, 24), ("iq4_nl", 32, 18),
 ])
 def test_every_cache_type_block_arithmetic(cache_type: str, block: int, block_bytes: int) -> None:
-    assert sizing.row_bytes(cache_type, 1024) == 1024 // block * block_bytes
+    assert kv.row_bytes(cache_type, 1024) == 1024 // block * block_bytes
     f = facts(2, 8, 128)
-    per_pos = sizing.kv_bytes_per_position(f, cache_type, cache_type)
+    per_pos = kv.kv_bytes_per_position(f, cache_type, cache_type)
     assert per_pos == 2 * 2 * (8 * 128 // block) * block_bytes
-    plan = sizing.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1, "cache_type_k": cache_type,
+    plan = placement.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1, "cache_type_k": cache_type,
                                     "cache_type_v": cache_type, "flash_attn": "on"})
     assert plan["target"]["total_bytes"] == 4096 * per_pos
     assert f"K ({cache_type})" in plan["target"]["log_lines"][0]
 
 
 def test_q8_0_is_34_bytes_per_32_values_not_one_byte_each() -> None:
-    assert sizing.kv_bytes_per_position(dspark(), "q8_0", "q8_0") == 5 * 2 * (8 * 128 // 32) * 34 == 10880
-    assert sizing.kv_bytes_per_position(dspark(), "q4_0", "f16") == 5 * ((1024 // 32) * 18 + 1024 * 2)
+    assert kv.kv_bytes_per_position(dspark(), "q8_0", "q8_0") == 5 * 2 * (8 * 128 // 32) * 34 == 10880
+    assert kv.kv_bytes_per_position(dspark(), "q4_0", "f16") == 5 * ((1024 // 32) * 18 + 1024 * 2)
 
 
 def test_quantized_row_must_hold_whole_blocks() -> None:
-    with pytest.raises(sizing.SizingError, match="q8_0 stores blocks of 32 values, but the row has 48"):
-        sizing.row_bytes("q8_0", 48)
-    with pytest.raises(sizing.SizingError, match="layer 0 K"):
-        sizing.kv_plan(facts(1, 1, 48), None, {"ctx_size": 512, "parallel": 1, "cache_type_k": "q4_0",
+    with pytest.raises(kv.SizingError, match="q8_0 stores blocks of 32 values, but the row has 48"):
+        kv.row_bytes("q8_0", 48)
+    with pytest.raises(kv.SizingError, match="layer 0 K"):
+        placement.kv_plan(facts(1, 1, 48), None, {"ctx_size": 512, "parallel": 1, "cache_type_k": "q4_0",
                                                "flash_attn": "off"})
 
 
@@ -217,25 +219,25 @@ def test_quantized_row_must_hold_whole_blocks() -> None:
 def test_context_and_slots(ctx: int, np_: int | None, unified: bool | None, n_ctx: int, n_ctx_seq: int,
                            streams: int) -> None:
     f = facts(2, 2, 64)
-    t = sizing.kv_plan(f, None, {"ctx_size": ctx, "parallel": np_, "kv_unified": unified})["target"]
+    t = placement.kv_plan(f, None, {"ctx_size": ctx, "parallel": np_, "kv_unified": unified})["target"]
     c = t["context"]
     assert (c["n_ctx"], c["n_ctx_seq"], c["n_stream"]) == (n_ctx, n_ctx_seq, streams)
-    assert t["total_bytes"] == n_ctx_seq * streams * sizing.kv_bytes_per_position(f)
+    assert t["total_bytes"] == n_ctx_seq * streams * kv.kv_bytes_per_position(f)
 
 
 def test_swa_ubatch_follows_batch_and_context() -> None:
     f = facts(2, 2, 64, window=100, pattern=[True, True])
     # n_batch = min(-c, -b), n_ubatch = min(n_batch, -ub): -c 300 -> ubatch 300 -> 100 + 300 -> 512 cells
-    assert sizing.kv_plan(f, None, {"ctx_size": 300, "parallel": 1})["target"]["caches"][1]["cells"] == 512
-    assert sizing.kv_plan(f, None, {"ctx_size": 8192, "parallel": 1, "ubatch_size": 64})["target"]["caches"][1]["cells"] == 256
+    assert placement.kv_plan(f, None, {"ctx_size": 300, "parallel": 1})["target"]["caches"][1]["cells"] == 512
+    assert placement.kv_plan(f, None, {"ctx_size": 8192, "parallel": 1, "ubatch_size": 64})["target"]["caches"][1]["cells"] == 256
 
 
 def test_log_line_format_matches_llama_cpp() -> None:
-    t = sizing.kv_plan(facts(4, 2, 32), None, {"ctx_size": 1024, "parallel": 1})["target"]
+    t = placement.kv_plan(facts(4, 2, 32), None, {"ctx_size": 1024, "parallel": 1})["target"]
     assert t["log_lines"] == ["llama_kv_cache: size =    1.00 MiB (  1024 cells,   4 layers,  1/1 seqs), "
                               "K (f16):    0.50 MiB, V (f16):    0.50 MiB"]
     # 0.125 MiB prints as 0.12: printf rounds the exact binary value half to even, as Python does
-    one = sizing.kv_plan(facts(1, 2, 32), None, {"ctx_size": 1024, "parallel": 1})["target"]
+    one = placement.kv_plan(facts(1, 2, 32), None, {"ctx_size": 1024, "parallel": 1})["target"]
     assert "K (f16):    0.12 MiB" in one["log_lines"][0]
 
 
@@ -244,7 +246,7 @@ def test_log_line_format_matches_llama_cpp() -> None:
 
 def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
     f = facts(5, 2, 64, nextn=1)
-    plan = sizing.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1, "spec_type": ["draft-mtp"],
+    plan = placement.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1, "spec_type": ["draft-mtp"],
                                     "draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"})
     assert plan["target"]["kv_layers"] == [0, 1, 2, 3]
     d = plan["draft"]
@@ -254,14 +256,14 @@ def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
 
 
 def test_mtp_with_a_draft_model_is_built_on_the_draft() -> None:
-    plan = sizing.kv_plan(facts(5, 2, 64, nextn=1), facts(2, 2, 64), {"ctx_size": 2048, "parallel": 1,
+    plan = placement.kv_plan(facts(5, 2, 64, nextn=1), facts(2, 2, 64), {"ctx_size": 2048, "parallel": 1,
                                                                       "spec_type": "draft-mtp,ngram-mod"})
     assert plan["draft"]["kv_layers"] == []
     assert any("doesn't contain MTP layers" in p for p in plan["problems"])
 
 
 def test_draft_cache_types_do_not_follow_the_target() -> None:
-    plan = sizing.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 4096, "parallel": 1, "cache_type_k": "q8_0",
+    plan = placement.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 4096, "parallel": 1, "cache_type_k": "q8_0",
                                                       "cache_type_v": "q8_0", "flash_attn": "on"})
     assert plan["target"]["cache_type_k"] == "q8_0" and plan["draft"]["cache_type_k"] == "f16"
 
@@ -289,21 +291,21 @@ def test_quantized_k_with_flash_attention_needs_the_block_to_divide_the_head() -
 
 def test_layers_split_like_llama_cpp() -> None:
     # 4 layers + the output layer = 5 slots; equal split points 0.5, 1.0; slot il at il / 5
-    assert sizing.assign_layers(4, ["A", "B"], [1, 1], [0, 0], -1) == ["A", "A", "A", "B", "B"]
-    assert sizing.assign_layers(4, ["A", "B"], [3, 2], [0, 0], -1) == ["A", "A", "A", "B", "B"]
-    assert sizing.assign_layers(4, ["A", "B"], [1, 4], [0, 0], -1) == ["A", "B", "B", "B", "B"]
+    assert placement.assign_layers(4, ["A", "B"], [1, 1], [0, 0], -1) == ["A", "A", "A", "B", "B"]
+    assert placement.assign_layers(4, ["A", "B"], [3, 2], [0, 0], -1) == ["A", "A", "A", "B", "B"]
+    assert placement.assign_layers(4, ["A", "B"], [1, 4], [0, 0], -1) == ["A", "B", "B", "B", "B"]
     # no -ts: by free memory
-    assert sizing.assign_layers(4, ["A", "B"], None, [1.0, 4.0], -1) == ["A", "B", "B", "B", "B"]
+    assert placement.assign_layers(4, ["A", "B"], None, [1.0, 4.0], -1) == ["A", "B", "B", "B", "B"]
     # -ngl 2: the first layers stay on the CPU, the last two slots (layer 3 and output) go out
-    assert sizing.assign_layers(4, ["A", "B"], [1, 1], [0, 0], 2) == ["CPU", "CPU", "CPU", "A", "B"]
-    assert sizing.assign_layers(4, [], None, [], -1) == ["CPU"] * 5
+    assert placement.assign_layers(4, ["A", "B"], [1, 1], [0, 0], 2) == ["CPU", "CPU", "CPU", "A", "B"]
+    assert placement.assign_layers(4, [], None, [], -1) == ["CPU"] * 5
 
 
 def test_single_precision_split_points() -> None:
     """-ts 0.1,0.2,0.7 over 9 layers (10 slots): in float, 0.1f + 0.2f rounds to 0.3f, the very value
     of slot 3's position 3.0f / 10, so upper_bound moves slot 3 to the third device. In double
     precision 0.1 + 0.2 = 0.30000000000000004 lies above 3 / 10 and slot 3 would stay on the second."""
-    got = sizing.assign_layers(9, ["A", "B", "C"], [0.1, 0.2, 0.7], [0, 0, 0], -1)
+    got = placement.assign_layers(9, ["A", "B", "C"], [0.1, 0.2, 0.7], [0, 0, 0], -1)
     assert got[:4] == ["A", "B", "B", "C"]
     splits, total = [], 0.0
     for v in (0.1, 0.2, 0.7):
@@ -321,15 +323,15 @@ def test_layer_counts_as_tensor_split_place_exactly_those_counts(counts: list[in
     devs = [f"D{i}" for i in range(len(counts))]
     if n_layer < 1:
         return
-    got = sizing.assign_layers(n_layer, devs, [float(c) for c in counts], [0.0] * len(counts), -1)
+    got = placement.assign_layers(n_layer, devs, [float(c) for c in counts], [0.0] * len(counts), -1)
     assert [got.count(d) for d in devs] == counts
 
 
 def test_kv_and_weights_land_on_their_layers_devices() -> None:
     t = facts(4, 2, 64, layer_bytes=100 * MIB, embd_bytes=50 * MIB, output_bytes=70 * MIB)
-    plan = sizing.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0,CUDA1", "tensor_split": "3,2",
+    plan = placement.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0,CUDA1", "tensor_split": "3,2",
                                     "devices": [gpu(0, 24), gpu(1, 24)], "headroom_bytes": 0})
-    per_layer = 4096 * sizing.kv_bytes_per_position(t, layers=[0])
+    per_layer = 4096 * kv.kv_bytes_per_position(t, layers=[0])
     rows = {r["device"]: r for r in plan["devices"]}
     assert plan["target"]["layer_devices"] == {"CUDA0": [0, 1, 2], "CUDA1": [3, 4]}
     assert rows["CUDA0"]["target_kv_bytes"] == 3 * per_layer and rows["CUDA1"]["target_kv_bytes"] == per_layer
@@ -338,35 +340,35 @@ def test_kv_and_weights_land_on_their_layers_devices() -> None:
     assert rows["CPU"]["target_weights_bytes"] == 50 * MIB                    # the input layer stays home
     assert rows["CUDA0"]["fits"] is True and plan["weights_included"] is True
     # -nkvo keeps every cache on the host
-    nkvo = sizing.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0", "kv_offload": False})
+    nkvo = placement.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0", "kv_offload": False})
     assert nkvo["target"]["kv_by_device"] == {"CPU": 4 * per_layer}
 
 
 def test_tied_output_is_loaded_again_on_the_output_device() -> None:
     t = facts(2, 2, 64, layer_bytes=10 * MIB, embd_bytes=40 * MIB)
-    plan = sizing.kv_plan(t, None, {"ctx_size": 512, "parallel": 1, "device": "CUDA0"})
+    plan = placement.kv_plan(t, None, {"ctx_size": 512, "parallel": 1, "device": "CUDA0"})
     assert plan["target"]["weights_by_device"] == {"CUDA0": 20 * MIB + 40 * MIB, "CPU": 40 * MIB}
 
 
 def test_drafter_follows_the_target_devices_and_split_unless_told() -> None:
     devs = [gpu(0, 24), gpu(1, 24)]
     cfg = {"ctx_size": 8192, "parallel": 1, "device": ["CUDA0", "CUDA1"], "tensor_split": [1, 5], "devices": devs}
-    shared = sizing.kv_plan(facts(11, 2, 64), dspark(), cfg)
+    shared = placement.kv_plan(facts(11, 2, 64), dspark(), cfg)
     assert shared["draft"]["devices"] == ["CUDA0", "CUDA1"]
     assert shared["draft"]["layer_devices"] == {"CUDA0": [0], "CUDA1": [1, 2, 3, 4, 5]}   # 6 slots at 1:5
-    moved = sizing.kv_plan(facts(11, 2, 64), dspark(), {**cfg, "draft_device": "CUDA0"})
+    moved = placement.kv_plan(facts(11, 2, 64), dspark(), {**cfg, "draft_device": "CUDA0"})
     assert moved["draft"]["kv_by_device"] == {"CUDA0": 8192 * 20 * KIB}
 
 
 def test_default_devices_skip_integrated_gpus_when_a_discrete_one_exists() -> None:
     apu = {"index": 0, "name": "Strix Halo", "backend": "rocm", "total_bytes": 96 * GIB, "free_bytes": 96 * GIB,
            "apu": True, "usable_bytes": 120 * GIB}
-    plan = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "devices": [apu, gpu(0, 24)]})
+    plan = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "devices": [apu, gpu(0, 24)]})
     assert plan["target"]["devices"] == ["CUDA0"]
-    only_apu = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "devices": [apu]})
+    only_apu = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "devices": [apu]})
     assert only_apu["target"]["devices"] == ["ROCm0"]
     assert only_apu["devices"][0]["memory_bytes"] == 120 * GIB          # usable = VRAM + GTT
-    named = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1,
+    named = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1,
                                                    "devices": [{**gpu(0, 8), "llama_device": "Vulkan1"}]})
     assert named["target"]["devices"] == ["Vulkan1"]
 
@@ -380,7 +382,7 @@ def test_memory_basis_free_or_total() -> None:
 
 
 def test_weights_missing_is_said() -> None:
-    plan = sizing.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 512, "parallel": 1})
+    plan = placement.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 512, "parallel": 1})
     assert plan["weights_included"] is False
     assert any("weights not counted for the target and the draft" in n for n in plan["notes"])
 
@@ -502,18 +504,18 @@ def test_bad_input_names_the_input(config: dict[str, Any], message: str) -> None
 
 
 def test_bad_facts_name_the_model() -> None:
-    with pytest.raises(sizing.SizingError, match="draft: the header facts lack block_count"):
-        sizing.kv_plan(facts(2, 2, 64), {"architecture": "llama"}, {"ctx_size": 512})
-    with pytest.raises(sizing.SizingError, match="target: expected header facts"):
-        sizing.kv_plan("model.gguf", None, {"ctx_size": 512})  # type: ignore[arg-type]
+    with pytest.raises(kv.SizingError, match="draft: the header facts lack block_count"):
+        placement.kv_plan(facts(2, 2, 64), {"architecture": "llama"}, {"ctx_size": 512})
+    with pytest.raises(kv.SizingError, match="target: expected header facts"):
+        placement.kv_plan("model.gguf", None, {"ctx_size": 512})  # type: ignore[arg-type]
     no_ctx = facts(2, 2, 64)
     no_ctx["context_length"] = None
-    with pytest.raises(sizing.SizingError, match=r"ctx_size: not given \(or 0\) and the target's header has no context_length"):
-        sizing.kv_plan(no_ctx, None, {})
+    with pytest.raises(kv.SizingError, match=r"ctx_size: not given \(or 0\) and the target's header has no context_length"):
+        placement.kv_plan(no_ctx, None, {})
 
 
 def test_device_flag_none_means_cpu_only() -> None:
-    plan = sizing.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "device": "none",
+    plan = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "device": "none",
                                                   "devices": [gpu(0, 24)]})
     assert plan["target"]["devices"] == [] and set(plan["target"]["kv_by_device"]) == {"CPU"}
 
@@ -615,14 +617,14 @@ def test_module_reads_the_config_from_flags_and_env(tmp_path, capsys) -> None:
 ])
 def test_server_defaults_size_the_context(config: dict[str, Any], n_ctx: int, n_ctx_seq: int, n_stream: int) -> None:
     f = facts(2, 2, 64, ctx=4096)
-    ctx = sizing.kv_plan(f, None, config)["target"]["context"]
+    ctx = placement.kv_plan(f, None, config)["target"]["context"]
     assert (ctx["n_ctx"], ctx["n_ctx_seq"], ctx["n_stream"]) == (n_ctx, n_ctx_seq, n_stream)
 
 
 def test_fit_note_says_what_fit_may_lower() -> None:
-    omitted = sizing.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2})["notes"]
+    omitted = placement.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2})["notes"]
     assert any("4096 x 2 = 8192" in n and "lowers the context" in n and "CPU-only" in n for n in omitted)
-    explicit = sizing.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2, "ctx_size": 0})["notes"]
+    explicit = placement.kv_plan(facts(2, 2, 64, ctx=4096), None, {"parallel": 2, "ctx_size": 0})["notes"]
     assert any("explicit -c 0 forbids lowering" in n for n in explicit)
 
 
