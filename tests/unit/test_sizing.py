@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint as lint
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
@@ -189,6 +190,26 @@ def test_every_cache_type_block_arithmetic(cache_type: str, block: int, block_by
                                     "cache_type_v": cache_type, "flash_attn": "on"})
     assert plan["target"]["total_bytes"] == 4096 * per_pos
     assert f"K ({cache_type})" in plan["target"]["log_lines"][0]
+
+
+@pytest.fixture(scope="module")
+def gguf_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Header facts of a real GGUF file: 4 layers with 2, 1, 2, 1 KV heads of 64 values."""
+    spec = ModelSpec(n_layer=4, n_embd=256, n_head=4, n_head_kv=[2, 1, 2, 1])
+    return model_facts(read_header(str(write_model(tmp_path_factory.mktemp("kv") / "m.gguf", spec))))
+
+
+@pytest.mark.parametrize("cache_k", sorted(kv.CACHE_TYPES))
+@pytest.mark.parametrize("cache_v", sorted(kv.CACHE_TYPES))
+def test_lint_and_kv_budget_agree_on_bytes_per_position(gguf_facts: dict[str, Any], cache_k: str, cache_v: str) -> None:
+    """One home for bytes per cache type: lint's drafter-KV estimate and kv_budget's arithmetic
+    give the same bytes per position for every pair of cache types."""
+    per_pos = kv.kv_bytes_per_position(gguf_facts, cache_k, cache_v)
+    assert per_pos > 0
+    assert lint._kv_bytes_per_position(gguf_facts, cache_k, cache_v) == per_pos
+    plan = sizing.kv_budget(gguf_facts, None, {"ctx_size": 256, "parallel": 1, "cache_type_k": cache_k,
+                                               "cache_type_v": cache_v, "flash_attn": "on"})
+    assert plan["target"]["per_position_bytes"] == per_pos
 
 
 def test_q8_0_is_34_bytes_per_32_values_not_one_byte_each() -> None:
