@@ -598,4 +598,3 @@ def build_context(model: Model, layer_ids: list[int], ctx: Mapping[str, Any], tk
         # allocates more: room for the window of every sequence plus one ubatch, padded to 256.
         out["swa_window_bytes"] = model.n_swa * swa[0]["per_position_bytes"] * streams
     return out
-

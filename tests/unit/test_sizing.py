@@ -187,7 +187,7 @@ def test_every_cache_type_block_arithmetic(cache_type: str, block: int, block_by
     per_pos = kv.kv_bytes_per_position(f, cache_type, cache_type)
     assert per_pos == 2 * 2 * (8 * 128 // block) * block_bytes
     plan = placement.kv_plan(f, None, {"ctx_size": 4096, "parallel": 1, "cache_type_k": cache_type,
-                                    "cache_type_v": cache_type, "flash_attn": "on"})
+                                       "cache_type_v": cache_type, "flash_attn": "on"})
     assert plan["target"]["total_bytes"] == 4096 * per_pos
     assert f"K ({cache_type})" in plan["target"]["log_lines"][0]
 
@@ -222,7 +222,7 @@ def test_quantized_row_must_hold_whole_blocks() -> None:
         kv.row_bytes("q8_0", 48)
     with pytest.raises(kv.SizingError, match="layer 0 K"):
         placement.kv_plan(facts(1, 1, 48), None, {"ctx_size": 512, "parallel": 1, "cache_type_k": "q4_0",
-                                               "flash_attn": "off"})
+                                                  "flash_attn": "off"})
 
 
 # ------------------------------------------------------------------------------ context and slots
@@ -268,7 +268,7 @@ def test_log_line_format_matches_llama_cpp() -> None:
 def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
     f = facts(5, 2, 64, nextn=1)
     plan = placement.kv_plan(f, None, {"ctx_size": 2048, "parallel": 1, "spec_type": ["draft-mtp"],
-                                    "draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"})
+                                       "draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"})
     assert plan["target"]["kv_layers"] == [0, 1, 2, 3]
     d = plan["draft"]
     assert d["model"] == "target (MTP head)" and d["context_type"] == "mtp"
@@ -278,14 +278,14 @@ def test_mtp_context_on_the_target_holds_only_nextn_layers() -> None:
 
 def test_mtp_with_a_draft_model_is_built_on_the_draft() -> None:
     plan = placement.kv_plan(facts(5, 2, 64, nextn=1), facts(2, 2, 64), {"ctx_size": 2048, "parallel": 1,
-                                                                      "spec_type": "draft-mtp,ngram-mod"})
+                                                                         "spec_type": "draft-mtp,ngram-mod"})
     assert plan["draft"]["kv_layers"] == []
     assert any("doesn't contain MTP layers" in p for p in plan["problems"])
 
 
 def test_draft_cache_types_do_not_follow_the_target() -> None:
     plan = placement.kv_plan(facts(2, 2, 64), dspark(), {"ctx_size": 4096, "parallel": 1, "cache_type_k": "q8_0",
-                                                      "cache_type_v": "q8_0", "flash_attn": "on"})
+                                                         "cache_type_v": "q8_0", "flash_attn": "on"})
     assert plan["target"]["cache_type_k"] == "q8_0" and plan["draft"]["cache_type_k"] == "f16"
 
 
@@ -351,7 +351,7 @@ def test_layer_counts_as_tensor_split_place_exactly_those_counts(counts: list[in
 def test_kv_and_weights_land_on_their_layers_devices() -> None:
     t = facts(4, 2, 64, layer_bytes=100 * MIB, embd_bytes=50 * MIB, output_bytes=70 * MIB)
     plan = placement.kv_plan(t, None, {"ctx_size": 4096, "parallel": 1, "device": "CUDA0,CUDA1", "tensor_split": "3,2",
-                                    "devices": [gpu(0, 24), gpu(1, 24)], "headroom_bytes": 0})
+                                       "devices": [gpu(0, 24), gpu(1, 24)], "headroom_bytes": 0})
     per_layer = 4096 * kv.kv_bytes_per_position(t, layers=[0])
     rows = {r["device"]: r for r in plan["devices"]}
     assert plan["target"]["layer_devices"] == {"CUDA0": [0, 1, 2], "CUDA1": [3, 4]}
@@ -390,7 +390,7 @@ def test_default_devices_skip_integrated_gpus_when_a_discrete_one_exists() -> No
     assert only_apu["target"]["devices"] == ["ROCm0"]
     assert only_apu["devices"][0]["memory_bytes"] == 120 * GIB          # usable = VRAM + GTT
     named = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1,
-                                                   "devices": [{**gpu(0, 8), "llama_device": "Vulkan1"}]})
+                                                      "devices": [{**gpu(0, 8), "llama_device": "Vulkan1"}]})
     assert named["target"]["devices"] == ["Vulkan1"]
 
 
@@ -537,7 +537,7 @@ def test_bad_facts_name_the_model() -> None:
 
 def test_device_flag_none_means_cpu_only() -> None:
     plan = placement.kv_plan(facts(2, 2, 64), None, {"ctx_size": 512, "parallel": 1, "device": "none",
-                                                  "devices": [gpu(0, 24)]})
+                                                     "devices": [gpu(0, 24)]})
     assert plan["target"]["devices"] == [] and set(plan["target"]["kv_by_device"]) == {"CPU"}
 
 
