@@ -37,14 +37,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state impor
     safe_path_component,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
-    ProcView,
-    Systemctl,
-    environment_files,
-    override_paths,
-    parse_show,
-    service_name,
-)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
 
 SAMPLE_BYTES = 1 << 20
 _CHUNK = 1 << 20

@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.specdec.plugins.filter.ab import (
     ab_schedule,
     spec_counters,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
 
@@ -112,7 +112,7 @@ def test_null_unsets_a_production_variable_end_to_end() -> None:
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in rendering["env"] and rendering["unset"] == ["LLAMA_ARG_SPEC_DRAFT_MODEL"]
     assert rendering["env_file"] == ["LLAMA_ARG_SPEC_TYPE=ngram-mod"]
     # unit_override gets the override, where null means UnsetEnvironment=
-    config = sd.env_config_from_mapping(rendering["override"])
+    config = envfile.env_config_from_mapping(rendering["override"])
     assert config.unset == ("LLAMA_ARG_SPEC_DRAFT_MODEL",)
     # the report records it as null, not as an empty string
     report = ab_report_configs([{"name": "nodraft"}], {"nodraft": ["ngram-mod"]}, {"nodraft": rendering})
