@@ -167,6 +167,9 @@ def http_get(url: str, timeout: float) -> Tuple[int, str]:
 
 
 
+# ------------------------------------------------------------------ the vehicle
+
+
 def _file_state(path: str) -> Tuple[str | None, int | None]:
     try:
         mode = os.stat(path).st_mode & 0o7777
