@@ -13,7 +13,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_over
 
 
 class _Server(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+    def do_GET(self) -> None:
         if self.path == "/drip":
             # announces 2 KiB and sends one byte every 0.2 s: each read succeeds, the whole never ends in time
             self.send_response(200)
