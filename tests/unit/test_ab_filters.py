@@ -45,6 +45,20 @@ def test_two_dimensional_sweep_and_errors() -> None:
         ab_expand([{"name": "baseline"}, {"name": "a", "sweep": {"A": []}}])
 
 
+def test_sweep_values_follow_the_env_file_rules() -> None:
+    """A sweep value is an env value: the same rules as every other (it used to go through str())."""
+    configs = ab_expand([{"name": "baseline"},
+                         {"name": "w", "sweep": {"LLAMA_ARG_SWA_FULL": [True, False, None]}}])
+    # llama.cpp reads booleans as 1/true/on/enabled, never "True"; null unsets the variable
+    assert [c["env"]["LLAMA_ARG_SWA_FULL"] for c in configs[1:]] == ["1", "0", None]
+    with pytest.raises(AnsibleFilterError, match=r"specdec_configs\[bad\]\.sweep LLAMA_ARG_ALIAS: a dict cannot be"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA_ARG_ALIAS": [{"a": 1}]}}])
+    with pytest.raises(AnsibleFilterError, match="NUL byte"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA_ARG_ALIAS": ["a\x00b"]}}])
+    with pytest.raises(AnsibleFilterError, match="'LLAMA-ARG' is not an environment variable name"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA-ARG": [1]}}])
+
+
 def test_schedule_rotates_and_includes_the_baseline_every_round() -> None:
     plan = ab_schedule(["baseline", "a", "b"], 3)
     rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(3)]
