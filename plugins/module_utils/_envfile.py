@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import COLLECTION, OverridePaths
@@ -338,6 +338,26 @@ def read_env_values(text: str) -> Dict[str, str]:
         if NAME_RE.match(key):
             values[key] = value
     return values
+
+
+def read_env_files(paths: Sequence[str]) -> Dict[str, str]:
+    """What a unit's ``EnvironmentFile=``s pass on, in order (a later file wins), read leniently like
+    ``read_env_values``. A missing file is left out, as systemd leaves out a ``-`` file (and a unit
+    whose required file is missing does not start); one that exists but cannot be read is an error,
+    because leaving it out would misstate the unit's env."""
+    env: Dict[str, str] = {}
+    for path in paths:
+        try:
+            # newline="": a carriage return inside a quoted value is part of the value, not a line end
+            with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+                text = handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise EnvFileError(f"env file {path} cannot be read ({exc.strerror}); run as root, or fix the unit's "
+                               "EnvironmentFile= to name a readable file") from None
+        env.update(read_env_values(text))
+    return env
 
 
 def _shown(value: str, limit: int = 120) -> str:

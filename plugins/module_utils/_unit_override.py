@@ -50,7 +50,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     effective_env,
     env_config_from_mapping,
     env_config_from_text,
-    read_env_values,
+    read_env_files,
     render_dropin,
     render_env_file,
 )
@@ -251,12 +251,9 @@ class UnitOverride:
                 name, sep, val = word.partition("=")
                 if sep:
                     env[name] = val
-        for path, _dummy in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles")):
-            if os.path.abspath(path) == os.path.abspath(paths.env_file):
-                continue
-            text = read_text(path)
-            if text is not None:
-                env.update(read_env_values(text))
+        files = [path for path, _dummy in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles"))
+                 if os.path.abspath(path) != os.path.abspath(paths.env_file)]
+        env.update(read_env_files(files))
         return env
 
     def timer_state(self, paths: OverridePaths) -> Dict[str, Any]:
