@@ -116,6 +116,8 @@ def journal_tail(unit: str, lines: Sequence[str], count: int = 15) -> str:
 
 # ------------------------------------------------------------------ the dead-man script and timer
 
+# The script runs standalone under systemd, from /run, with the controller and this collection gone: so it
+# keeps its own few lines of urllib for /health instead of calling _http (the collection's one HTTP client).
 _ROLLBACK_SCRIPT = r'''#!{python}
 # Written by llmfleet.specdec.unit_override: the dead-man rollback of {unit} (run by {timer}).
 # Removes the A/B override, restarts {unit} with its production config and checks /health.
