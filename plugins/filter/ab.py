@@ -8,10 +8,20 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs
+
+
+def _sweep_value(config: str, name: Any, value: Any) -> str | None:
+    """A sweep value as the process will get it, by the env-file rules every env value follows
+    (booleans 1/0, null unsets; a mapping, a NUL byte or a bad name is refused, naming the config)."""
+    try:
+        return envfile.check_env_value(name, value, f"specdec_configs[{config}].sweep")
+    except envfile.EnvFileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list[dict[str, Any]]:
@@ -30,7 +40,7 @@ def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list
         keys = sorted(sweep)
         for values in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
             env = dict(config.get("env") or {})
-            env.update({k: str(v) for k, v in zip(keys, values)})
+            env.update({k: _sweep_value(config["name"], k, v) for k, v in zip(keys, values)})
             name = config["name"] + ("@" + ",".join(f"{k.replace('LLAMA_ARG_', '').lower()}={v}"
                                                     for k, v in zip(keys, values)) if keys else "")
             if name in names:

@@ -26,7 +26,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift as 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_prometheus, parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._build import FACTS_FILE
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_files
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import (
@@ -37,14 +37,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state impor
     safe_path_component,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
-    ProcView,
-    Systemctl,
-    environment_files,
-    override_paths,
-    parse_show,
-    service_name,
-)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
 
 SAMPLE_BYTES = 1 << 20
 _CHUNK = 1 << 20
@@ -147,14 +141,7 @@ class UnitView:
 
     def pending_env(self) -> Dict[str, str]:
         """The env the unit's next start reads from its env files, in systemd's order and parsing."""
-        env: Dict[str, str] = {}
-        for path, _ignore in self.env_files:
-            try:
-                with open(path.lstrip("-"), encoding="utf-8", errors="replace", newline="") as handle:
-                    env.update(read_env_values(handle.read()))
-            except OSError:
-                continue
-        return env
+        return read_env_files([path for path, _ignore in self.env_files])
 
 
 def snapshot(unit: str, models: Sequence[str], build_record: str, run: Runner,

@@ -28,14 +28,21 @@ rule above touches, otherwise inside double quotes with ``"``, ``\\``, ````` and
 carries every other character (spaces at either end, ``#``, ``'``, tabs and newlines) unchanged.
 ``tests/unit/test_envfile.py`` checks the port against these rules, and molecule scenario ``envfile``
 checks both directions against systemd's own parse on a real host.
+
+This is the one home of those rules: ``unit_override``'s candidate (``EnvConfig``, built from a mapping
+or a file, rendered as its env file and drop-in, compared with a running process's environment), the
+serving roles' templates and checks (``plugins/filter/envfile.py``), promotions, renderings and sweeps all
+call it. Not here: where the files live (``_systemd.override_paths``) and reading a process's environment
+(``_procview``).
 """
 from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import COLLECTION, OverridePaths
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Characters no env-file rule touches; a value made of only these is written bare (readable, and the
@@ -333,6 +340,112 @@ def read_env_values(text: str) -> Dict[str, str]:
     return values
 
 
+def read_env_files(paths: Sequence[str]) -> Dict[str, str]:
+    """What a unit's ``EnvironmentFile=``s pass on, in order (a later file wins), read leniently like
+    ``read_env_values``. A missing file is left out, as systemd leaves out a ``-`` file (and a unit
+    whose required file is missing does not start); one that exists but cannot be read is an error,
+    because leaving it out would misstate the unit's env."""
+    env: Dict[str, str] = {}
+    for path in paths:
+        try:
+            # newline="": a carriage return inside a quoted value is part of the value, not a line end
+            with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+                text = handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise EnvFileError(f"env file {path} cannot be read ({exc.strerror}); run as root, or fix the unit's "
+                               "EnvironmentFile= to name a readable file") from None
+        env.update(read_env_values(text))
+    return env
+
+
 def _shown(value: str, limit: int = 120) -> str:
     shown = repr(value)
     return shown if len(shown) <= limit else shown[:limit] + "...'"
+
+
+# ------------------------------------------------------------------ a candidate (unit_override's files)
+# A candidate is a set of values as the process receives them, written and read by the rules above.
+
+EnvValueError = EnvFileError
+
+
+class EnvConfig(NamedTuple):
+    """A candidate: variables in order (each value exactly as the process receives it) and variables it unsets."""
+
+    assignments: Tuple[Tuple[str, str], ...]
+    unset: Tuple[str, ...]
+
+    def names(self) -> List[str]:
+        return [name for name, _dummy in self.assignments] + list(self.unset)
+
+
+def check_env_name(name: Any, where: str = "env") -> str:
+    problem = name_problem(name)
+    if problem:
+        raise EnvValueError(f"{where}: {problem}; nothing was written")
+    return name
+
+
+def env_value_text(name: str, value: Any) -> str | None:
+    """The string the process gets for one value (booleans as 1/0, numbers as digits, None = unset); validated."""
+    return check_env_value(name, value)
+
+
+def env_config_from_mapping(env: Mapping[str, Any]) -> EnvConfig:
+    """Validates a mapping (module option ``env``); a None value becomes an unset."""
+    assignments: List[Tuple[str, str]] = []
+    unset: List[str] = []
+    for name, value in env.items():
+        text = check_env_value(name, value)
+        if text is None:
+            unset.append(name)
+        else:
+            assignments.append((name, text))
+    if not assignments and not unset:
+        raise EnvValueError("env is empty: give at least one variable the candidate changes")
+    return EnvConfig(tuple(assignments), tuple(unset))
+
+
+def env_config_from_text(text: str, source: str) -> EnvConfig:
+    """Validates an env file (module option ``env_file``), read as systemd reads it."""
+    assignments = read_env_text(text, source)
+    if not assignments:
+        raise EnvValueError(f"{source}: no variables in it; give at least one NAME=value line")
+    return EnvConfig(tuple(assignments), ())
+
+
+def render_env_file(unit: str, config: EnvConfig) -> str:
+    lines = [f"# Written by {COLLECTION}.unit_override: the A/B candidate layered over {unit}'s production env.",
+             "# Lives in /run: removed by state=absent, by the dead-man rollback timer, or by a reboot.",
+             "# Values are quoted so that systemd passes each one to the process unchanged."]
+    lines += render_lines(dict(config.assignments))
+    return "\n".join(lines) + "\n"
+
+
+def render_dropin(paths: OverridePaths, config: EnvConfig) -> str:
+    lines = [f"# Written by {COLLECTION}.unit_override: runs {paths.unit} with an A/B candidate's env.",
+             "# Transient (/run): state=absent, the dead-man rollback timer or a reboot removes it.",
+             "[Service]",
+             f"EnvironmentFile={paths.env_file}"]
+    if config.unset:
+        lines.append("UnsetEnvironment=" + " ".join(config.unset))
+    return "\n".join(lines) + "\n"
+
+
+def config_matches_environ(config: EnvConfig, environ: Mapping[str, str]) -> bool:
+    """Whether a process's environment carries the candidate: every value set, every unset absent."""
+    for name, value in config.assignments:
+        if environ.get(name) != value:
+            return False
+    return all(name not in environ for name in config.unset)
+
+
+def effective_env(base: Mapping[str, str], config: EnvConfig | None) -> Dict[str, str]:
+    env = dict(base)
+    if config is not None:
+        env.update(config.assignments)
+        for name in config.unset:
+            env.pop(name, None)
+    return env

@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.specdec.plugins.filter.ab import (
     ab_schedule,
     spec_counters,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
 
@@ -43,6 +43,20 @@ def test_two_dimensional_sweep_and_errors() -> None:
         ab_expand([{"name": "baseline", "sweep": {"A": [1]}}])
     with pytest.raises(AnsibleFilterError, match="sweep"):
         ab_expand([{"name": "baseline"}, {"name": "a", "sweep": {"A": []}}])
+
+
+def test_sweep_values_follow_the_env_file_rules() -> None:
+    """A sweep value is an env value: the same rules as every other (it used to go through str())."""
+    configs = ab_expand([{"name": "baseline"},
+                         {"name": "w", "sweep": {"LLAMA_ARG_SWA_FULL": [True, False, None]}}])
+    # llama.cpp reads booleans as 1/true/on/enabled, never "True"; null unsets the variable
+    assert [c["env"]["LLAMA_ARG_SWA_FULL"] for c in configs[1:]] == ["1", "0", None]
+    with pytest.raises(AnsibleFilterError, match=r"specdec_configs\[bad\]\.sweep LLAMA_ARG_ALIAS: a dict cannot be"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA_ARG_ALIAS": [{"a": 1}]}}])
+    with pytest.raises(AnsibleFilterError, match="NUL byte"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA_ARG_ALIAS": ["a\x00b"]}}])
+    with pytest.raises(AnsibleFilterError, match="'LLAMA-ARG' is not an environment variable name"):
+        ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA-ARG": [1]}}])
 
 
 def test_schedule_rotates_and_includes_the_baseline_every_round() -> None:
@@ -112,7 +126,7 @@ def test_null_unsets_a_production_variable_end_to_end() -> None:
     assert "LLAMA_ARG_SPEC_DRAFT_MODEL" not in rendering["env"] and rendering["unset"] == ["LLAMA_ARG_SPEC_DRAFT_MODEL"]
     assert rendering["env_file"] == ["LLAMA_ARG_SPEC_TYPE=ngram-mod"]
     # unit_override gets the override, where null means UnsetEnvironment=
-    config = sd.env_config_from_mapping(rendering["override"])
+    config = envfile.env_config_from_mapping(rendering["override"])
     assert config.unset == ("LLAMA_ARG_SPEC_DRAFT_MODEL",)
     # the report records it as null, not as an empty string
     report = ab_report_configs([{"name": "nodraft"}], {"nodraft": ["ngram-mod"]}, {"nodraft": rendering})

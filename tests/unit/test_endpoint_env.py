@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "roles" / "vllm_serve" / "files" / "vllm-serve-exec"
@@ -46,11 +47,11 @@ def test_endpoint_names(env, names):
 
 
 def test_unit_override_reaches_a_vllm_unit_on_its_own_names():
-    assert sd.endpoint_of({"VLLM_SERVE_HOST": "0.0.0.0", "VLLM_SERVE_PORT": "8123"}, "vllm") == ("127.0.0.1", 8123)
+    assert uo.endpoint_of({"VLLM_SERVE_HOST": "0.0.0.0", "VLLM_SERVE_PORT": "8123"}, "vllm") == ("127.0.0.1", 8123)
     # a unit of 0.1.0 (llama.cpp names in a vLLM env file) is reached as before
-    assert sd.endpoint_of({"LLAMA_ARG_PORT": "8000", "VLLM_SERVE_MODEL": "m"}, "vllm") == ("127.0.0.1", 8000)
+    assert uo.endpoint_of({"LLAMA_ARG_PORT": "8000", "VLLM_SERVE_MODEL": "m"}, "vllm") == ("127.0.0.1", 8000)
 
 
 def test_a_bad_vllm_port_is_named_by_its_variable():
     with pytest.raises(sd.UnitOverrideError, match="VLLM_SERVE_PORT='http' is not a TCP port"):
-        sd.endpoint_of({"VLLM_SERVE_PORT": "http"}, "vllm")
+        uo.endpoint_of({"VLLM_SERVE_PORT": "http"}, "vllm")

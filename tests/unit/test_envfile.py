@@ -156,3 +156,16 @@ def test_one_home_for_the_rules() -> None:
             if marker in text:
                 offenders.append(f"{path.relative_to(ROOT)}: {marker}")
     assert offenders == []
+
+
+def test_a_units_env_files_in_order_as_systemd_passes_them_on(tmp_path: Path) -> None:
+    """The one reader behind unit_override's production env and spec_watch's pending env."""
+    base = tmp_path / "base.env"
+    base.write_text('LLAMA_ARG_PORT=8080\nA="one\r\ntwo"\n', encoding="utf-8", newline="")
+    later = tmp_path / "later.env"
+    later.write_text("LLAMA_ARG_PORT=9090\n", encoding="utf-8")
+    env = ef.read_env_files([str(base), str(tmp_path / "missing.env"), str(later)])
+    assert env == {"LLAMA_ARG_PORT": "9090", "A": "one\r\ntwo"}
+    # a path that exists but is no readable file would misstate the env: refused, naming it
+    with pytest.raises(ef.EnvFileError, match=f"env file {tmp_path} cannot be read"):
+        ef.read_env_files([str(base), str(tmp_path)])

@@ -14,9 +14,9 @@ import yaml
 from ansible_collections.llmfleet.specdec.plugins.filter import ab as ab_filters
 from ansible_collections.llmfleet.specdec.plugins.filter import vllm as vllm_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import read_env_values
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -20,7 +20,10 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _procview as procview
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.modules import unit_override
 
@@ -64,8 +67,8 @@ def test_override_paths_and_the_rollback_unit_round_trip() -> None:
     ("x" * 140000, "bytes long"),
 ])
 def test_env_values_that_cannot_reach_a_process_are_errors_naming_the_variable(value: str, problem: str) -> None:
-    with pytest.raises(sd.EnvValueError) as info:
-        sd.env_config_from_mapping({"LLAMA_ARG_ALIAS": value})
+    with pytest.raises(envfile.EnvValueError) as info:
+        envfile.env_config_from_mapping({"LLAMA_ARG_ALIAS": value})
     assert "LLAMA_ARG_ALIAS" in str(info.value) and problem in str(info.value)
     assert "nothing was written" in str(info.value)
 
@@ -74,14 +77,14 @@ def test_env_values_that_cannot_reach_a_process_are_errors_naming_the_variable(v
                                    "blk\\.(\\d+)\\.ffn_.*_exps\\.=CPU", "trailing\\", " lead and trail ",
                                    "--spec-draft-device 'CUDA0' --x \"y z\"", "/srv/models/q.gguf", "50%", "$HOME #x"])
 def test_env_values_are_kept_exactly_as_the_process_will_get_them(value: str) -> None:
-    config = sd.env_config_from_mapping({"V": value})
+    config = envfile.env_config_from_mapping({"V": value})
     assert config.assignments == (("V", value),)
-    written = sd.render_env_file("u.service", config)
-    assert sd.read_env_values(written) == {"V": value}
+    written = envfile.render_env_file("u.service", config)
+    assert envfile.read_env_values(written) == {"V": value}
 
 
 def test_env_mapping_types_and_unsets() -> None:
-    config = sd.env_config_from_mapping({"A": True, "B": False, "C": 4096, "D": None, "E": "x"})
+    config = envfile.env_config_from_mapping({"A": True, "B": False, "C": 4096, "D": None, "E": "x"})
     assert config.assignments == (("A", "1"), ("B", "0"), ("C", "4096"), ("E", "x"))
     assert config.unset == ("D",)
     assert config.names() == ["A", "B", "C", "E", "D"]
@@ -95,14 +98,14 @@ def test_env_mapping_types_and_unsets() -> None:
     ({"LLAMA_EXTRA_ARGS": '--x "y'}, "does not split into arguments like a shell"),
 ])
 def test_env_mapping_errors(env: Dict[str, Any], match: str) -> None:
-    with pytest.raises(sd.EnvValueError, match=match):
-        sd.env_config_from_mapping(env)
+    with pytest.raises(envfile.EnvValueError, match=match):
+        envfile.env_config_from_mapping(env)
 
 
 def test_env_file_text_is_read_like_systemd_reads_it() -> None:
     text = ("# candidate\n\n; also a comment\nLLAMA_ARG_SPEC_TYPE=draft-simple\r\n  LLAMA_ARG_CTX_SIZE = 4096\n"
             "X=\"a b\"\nY='blk\\.(\\d+)'\n")
-    config = sd.env_config_from_text(text, "/tmp/c.env")
+    config = envfile.env_config_from_text(text, "/tmp/c.env")
     assert config.assignments == (("LLAMA_ARG_SPEC_TYPE", "draft-simple"), ("LLAMA_ARG_CTX_SIZE", "4096"),
                                   ("X", "a b"), ("Y", "blk\\.(\\d+)"))
     assert config.unset == ()
@@ -118,12 +121,12 @@ def test_env_file_text_is_read_like_systemd_reads_it() -> None:
     ("LLAMA_EXTRA_ARGS=\"--alias 'x\"\n", "line 1: LLAMA_EXTRA_ARGS does not split"),
 ])
 def test_env_file_errors_name_the_line(text: str, match: str) -> None:
-    with pytest.raises(sd.EnvValueError, match=match):
-        sd.env_config_from_text(text, "/etc/c.env")
+    with pytest.raises(envfile.EnvValueError, match=match):
+        envfile.env_config_from_text(text, "/etc/c.env")
 
 
 def test_read_env_values_reads_what_systemd_passes_on() -> None:
-    values = sd.read_env_values("LLAMA_ARG_PORT=8081\nBAD LINE\nLLAMA_ARG_HOST='0.0.0.0'\nQ=\"open\n")
+    values = envfile.read_env_values("LLAMA_ARG_PORT=8081\nBAD LINE\nLLAMA_ARG_HOST='0.0.0.0'\nQ=\"open\n")
     assert values == {"LLAMA_ARG_PORT": "8081", "LLAMA_ARG_HOST": "0.0.0.0", "Q": "open\n"}
 
 
@@ -132,26 +135,26 @@ def test_read_env_values_reads_what_systemd_passes_on() -> None:
 
 def test_render_env_file_and_dropin() -> None:
     paths = sd.override_paths("llama-server.service", run_dir="/run")
-    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": None,
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": None,
                                          "LLAMA_ARG_CACHE_TYPE_K": None})
-    env = sd.render_env_file(paths.unit, config)
+    env = envfile.render_env_file(paths.unit, config)
     assert env.splitlines()[3:] == ["LLAMA_ARG_SPEC_TYPE=draft-simple"]
     assert all(line.startswith("#") for line in env.splitlines()[:3])
-    dropin = sd.render_dropin(paths, config)
+    dropin = envfile.render_dropin(paths, config)
     assert dropin.splitlines()[2:] == [
         "[Service]",
         "EnvironmentFile=/run/llmfleet-specdec/llama-server.service/override.env",
         "UnsetEnvironment=LLAMA_ARG_SPEC_DRAFT_MODEL LLAMA_ARG_CACHE_TYPE_K",
     ]
-    no_unset = sd.render_dropin(paths, sd.env_config_from_mapping({"A": "1"}))
+    no_unset = envfile.render_dropin(paths, envfile.env_config_from_mapping({"A": "1"}))
     assert "UnsetEnvironment" not in no_unset
 
 
 def test_config_matches_environ() -> None:
-    config = sd.env_config_from_mapping({"A": '"x y"', "B": None})
-    assert sd.config_matches_environ(config, {"A": '"x y"', "C": "1"})
-    assert not sd.config_matches_environ(config, {"A": "x y"})
-    assert not sd.config_matches_environ(config, {"A": '"x y"', "B": ""})
+    config = envfile.env_config_from_mapping({"A": '"x y"', "B": None})
+    assert envfile.config_matches_environ(config, {"A": '"x y"', "C": "1"})
+    assert not envfile.config_matches_environ(config, {"A": "x y"})
+    assert not envfile.config_matches_environ(config, {"A": '"x y"', "B": ""})
 
 
 @pytest.mark.parametrize("env, endpoint", [
@@ -161,7 +164,7 @@ def test_config_matches_environ() -> None:
     ({"LLAMA_ARG_HOST": "10.0.0.5", "LLAMA_ARG_PORT": "9000abc"}, ("10.0.0.5", 9000)),
 ])
 def test_endpoint_of(env: Dict[str, str], endpoint: Tuple[str, int]) -> None:
-    assert sd.endpoint_of(env, "u.service") == endpoint
+    assert uo.endpoint_of(env, "u.service") == endpoint
 
 
 @pytest.mark.parametrize("env, match", [
@@ -171,14 +174,14 @@ def test_endpoint_of(env: Dict[str, str], endpoint: Tuple[str, int]) -> None:
 ])
 def test_endpoint_errors(env: Dict[str, str], match: str) -> None:
     with pytest.raises(sd.UnitOverrideError, match=match):
-        sd.endpoint_of(env, "u.service")
+        uo.endpoint_of(env, "u.service")
 
 
 def test_effective_env_layers_and_unsets() -> None:
     base = {"LLAMA_ARG_PORT": "8080", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/d.gguf"}
-    config = sd.env_config_from_mapping({"LLAMA_ARG_PORT": "8090", "LLAMA_ARG_SPEC_DRAFT_MODEL": None})
-    assert sd.effective_env(base, config) == {"LLAMA_ARG_PORT": "8090"}
-    assert sd.health_url("::1", 8090) == "http://[::1]:8090/health"
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_PORT": "8090", "LLAMA_ARG_SPEC_DRAFT_MODEL": None})
+    assert envfile.effective_env(base, config) == {"LLAMA_ARG_PORT": "8090"}
+    assert uo.health_url("::1", 8090) == "http://[::1]:8090/health"
 
 
 # ------------------------------------------------------------------ decisions
@@ -200,7 +203,7 @@ def test_effective_env_layers_and_unsets() -> None:
 ])
 def test_plan_present(files_match: bool, serving: bool, armed: bool, rollback_after: int | None,
                       plan: Tuple[bool, bool, bool]) -> None:
-    got = sd.plan_present(files_match, serving, armed, rollback_after)
+    got = uo.plan_present(files_match, serving, armed, rollback_after)
     assert (got.write_files, got.restart, got.arm_timer) == plan
     assert got.changed is any(plan)
 
@@ -304,9 +307,9 @@ def test_rollback_script_restores_with_the_controller_gone(tmp_path: Path, statu
 def test_parse_show_and_environment_files() -> None:
     text = ("EnvironmentFiles=/etc/llmfleet-specdec/llama-server.env (ignore_errors=no)\n"
             "EnvironmentFiles=/run/x.env (ignore_errors=yes)\nMainPID=42\nDescription=a=b\n")
-    props = sd.parse_show(text)
+    props = procview.parse_show(text)
     assert props["MainPID"] == ["42"] and props["Description"] == ["a=b"]
-    assert sd.environment_files(props["EnvironmentFiles"]) == [
+    assert procview.environment_files(props["EnvironmentFiles"]) == [
         ("/etc/llmfleet-specdec/llama-server.env", False), ("/run/x.env", True)]
 
 
@@ -326,8 +329,8 @@ PROC_NET_TCP6 = (
 
 
 def test_parse_proc_net_tcp_keeps_listeners_only() -> None:
-    assert sd.parse_proc_net_tcp(PROC_NET_TCP) == [sd.Listener("0100007F", 8080, 31337)]
-    assert sd.parse_proc_net_tcp(PROC_NET_TCP6) == [sd.Listener("0" * 32, 8081, 4242)]
+    assert procview.parse_proc_net_tcp(PROC_NET_TCP) == [procview.Listener("0100007F", 8080, 31337)]
+    assert procview.parse_proc_net_tcp(PROC_NET_TCP6) == [procview.Listener("0" * 32, 8081, 4242)]
 
 
 def _fake_proc(tmp_path: Path, procs: Dict[int, Dict[str, Any]]) -> Path:
@@ -353,7 +356,7 @@ def test_proc_view_finds_the_owner_of_a_port(tmp_path: Path) -> None:
              "cgroup": "0::/system.slice/squatter.service\n", "env": {"A": "1", "B": "x=y"}},
         78: {"fds": ["socket:[1]"], "comm": "other"},
     })
-    view = sd.ProcView(str(proc))
+    view = procview.ProcView(str(proc))
     assert view.listening_inodes(8080) == [31337]
     assert view.listening_inodes(8081) == [4242]
     assert view.listening_inodes(9999) == []
@@ -380,7 +383,7 @@ UNIT_CG = "/system.slice/vllm-dflash.service"
     ("", None),
 ])
 def test_cgroup_path_prefers_the_hierarchy_systemd_tracks(text: str, path: str | None) -> None:
-    assert sd.cgroup_path(text) == path
+    assert procview.cgroup_path(text) == path
 
 
 @pytest.mark.parametrize("path, control_group, inside", [
@@ -396,7 +399,7 @@ def test_cgroup_path_prefers_the_hierarchy_systemd_tracks(text: str, path: str |
     (None, UNIT_CG, False),
 ])
 def test_within_cgroup_is_the_unit_or_below(path: str | None, control_group: str, inside: bool) -> None:
-    assert sd.within_cgroup(path, control_group) is inside
+    assert procview.within_cgroup(path, control_group) is inside
 
 
 def _vllm_unit(tmp_path: Path, control_group: str) -> FakeHost:
@@ -437,7 +440,7 @@ def test_a_port_served_from_the_units_cgroup_is_the_unit(tmp_path: Path, owner_c
 def test_a_port_served_from_outside_the_units_cgroup_is_not_healthy(tmp_path: Path, owner_cgroup: str,
                                                                     named: str) -> None:
     manager = _manager(tmp_path, _vllm_unit(tmp_path, UNIT_CG), _serving(owner_cgroup), health_timeout=2)
-    with pytest.raises(sd.NotHealthyError) as info:
+    with pytest.raises(uo.NotHealthyError) as info:
         manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)
     msg = str(info.value)
     assert "port 8080 is served by pid 4242 (python3" in msg and named in msg
@@ -450,7 +453,7 @@ def test_without_a_control_group_only_the_main_pid_counts(tmp_path: Path) -> Non
     # systemd shows no ControlGroup: the owner in what would be the unit's cgroup is not taken on trust
     manager = _manager(tmp_path, _vllm_unit(tmp_path, ""), _serving(f"0::{UNIT_CG}/libpod-payload-abc\n"),
                        health_timeout=2)
-    with pytest.raises(sd.NotHealthyError, match=r"not by vllm-dflash\.service's pid 90\Z") as info:
+    with pytest.raises(uo.NotHealthyError, match=r"not by vllm-dflash\.service's pid 90\Z") as info:
         manager.wait_healthy("vllm-dflash.service", "127.0.0.1", 8080, not_pid=77, since=None)
     assert "control group" not in str(info.value)
     # and the MainPID itself serving passes as before, whatever its cgroup
@@ -505,9 +508,9 @@ class FakeClock:
 
 def _manager(tmp_path: Path, host: FakeHost, procs: Dict[int, Dict[str, Any]] | None = None,
              http: Callable[[str, float], Tuple[int, str]] = lambda url, timeout: (200, "{}"),
-             check_mode: bool = False, **kwargs: Any) -> sd.UnitOverride:
+             check_mode: bool = False, **kwargs: Any) -> uo.UnitOverride:
     clock = FakeClock()
-    return sd.UnitOverride(run=host, check_mode=check_mode, run_dir=str(tmp_path / "run"),
+    return uo.UnitOverride(run=host, check_mode=check_mode, run_dir=str(tmp_path / "run"),
                            proc=str(_fake_proc(tmp_path, procs or {})), python="/usr/bin/python3", http=http,
                            clock=clock, wall=lambda: 1.7e9, sleep=clock.sleep, **kwargs)
 
@@ -526,7 +529,7 @@ def test_present_in_check_mode_writes_nothing_and_shows_the_diff(tmp_path: Path)
     host = FakeHost(_production(tmp_path))
     manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_PORT": "8080"}}},
                        check_mode=True)
-    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
     result = manager.present("llama-server.service", config, 600)
     assert result["changed"] is True and result["restarted"] is False
     assert result["rollback"] == {"timer": "specdec-rollback-llama-server.timer", "armed": True, "due_in": 600}
@@ -539,12 +542,12 @@ def test_present_in_check_mode_writes_nothing_and_shows_the_diff(tmp_path: Path)
 
 @pytest.mark.parametrize("alias", ["plain", "carriage\rreturn\r\n and newline\n"])
 def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path: Path, alias: str) -> None:
-    config = sd.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias})
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias})
     paths = sd.override_paths("llama-server.service", run_dir=str(tmp_path / "run"))
     os.makedirs(paths.state_dir)
     os.makedirs(paths.dropin_dir)
-    sd.write_private(paths.env_file, sd.render_env_file(paths.unit, config), 0o600)
-    sd.write_private(paths.dropin, sd.render_dropin(paths, config), 0o600)
+    uo.write_private(paths.env_file, envfile.render_env_file(paths.unit, config), 0o600)
+    uo.write_private(paths.dropin, envfile.render_dropin(paths, config), 0o600)
     host = FakeHost(_production(tmp_path, DropInPaths=paths.dropin))
     procs = {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_ALIAS": alias}}}
     result = _manager(tmp_path, host, procs).present("llama-server.service", config, None)
@@ -561,8 +564,8 @@ def test_present_is_a_no_op_when_the_unit_already_serves_the_candidate(tmp_path:
 def test_written_files_are_private(tmp_path: Path) -> None:
     path = tmp_path / "d" / "f.env"
     path.parent.mkdir()
-    sd.write_private(str(path), "A=1\n", 0o600)
-    sd.write_private(str(path), "A=2\n", 0o600)
+    uo.write_private(str(path), "A=1\n", 0o600)
+    uo.write_private(str(path), "A=2\n", 0o600)
     assert path.read_text() == "A=2\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["f.env"]
@@ -572,7 +575,7 @@ def test_a_port_held_by_another_process_is_named(tmp_path: Path) -> None:
     host = FakeHost(_production(tmp_path))
     squatter = {"fds": ["socket:[31337]"], "comm": "python3", "cmdline": ["python3", "-m", "http.server", "8080"]}
     manager = _manager(tmp_path, host, {4242: squatter}, port_timeout=3)
-    with pytest.raises(sd.PortBusyError) as info:
+    with pytest.raises(uo.PortBusyError) as info:
         manager.wait_port_free("llama-server.service", 8080)
     msg = str(info.value)
     assert "port 8080 is still held by pid 4242 (python3" in msg and "http.server 8080" in msg
@@ -584,14 +587,14 @@ def test_wait_healthy_wants_the_units_own_new_pid(tmp_path: Path) -> None:
     # /health answers, but the socket belongs to another process: never healthy
     host = FakeHost(_production(tmp_path, pid=90))
     manager = _manager(tmp_path, host, {4242: {"fds": ["socket:[31337]"], "comm": "imposter"}}, health_timeout=5)
-    with pytest.raises(sd.NotHealthyError) as info:
+    with pytest.raises(uo.NotHealthyError) as info:
         manager.wait_healthy("llama-server.service", "127.0.0.1", 8080, not_pid=77, since=None)
     assert "served by pid 4242 (imposter" in str(info.value) and "not by llama-server.service's pid 90" in str(info.value)
     assert info.value.details["journal"] == ["line one", "line two"]
     # the old pid answering is not the new process
     manager = _manager(tmp_path / "b", FakeHost(_production(tmp_path, pid=77)), {77: {"fds": ["socket:[31337]"]}},
                        health_timeout=2)
-    with pytest.raises(sd.NotHealthyError, match="not healthy within 2 s"):
+    with pytest.raises(uo.NotHealthyError, match="not healthy within 2 s"):
         manager.wait_healthy("llama-server.service", "127.0.0.1", 8080, not_pid=77, since=None)
     # the new pid owns the socket and answers 200
     manager = _manager(tmp_path / "c", FakeHost(_production(tmp_path, pid=90)), {90: {"fds": ["socket:[31337]"]}})
@@ -613,7 +616,7 @@ def test_wait_healthy_stops_early_when_the_unit_dies(tmp_path: Path, unit: Dict[
         return 503, '{"error":"Loading model"}'
 
     manager = _manager(tmp_path, host, {}, http=http, health_timeout=600)
-    with pytest.raises(sd.NotHealthyError, match=match):
+    with pytest.raises(uo.NotHealthyError, match=match):
         manager.wait_healthy("llama-server.service", "127.0.0.1", 8080, not_pid=77, since=None)
     assert calls["n"] == 1
 
@@ -637,17 +640,17 @@ def _refusing_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
 ])
 def test_bad_input_fails_before_touching_the_host(params: Dict[str, Any], match: str) -> None:
     with pytest.raises(SpecdecError, match=match):
-        sd.run_unit_override({"health_timeout": 120, "port_timeout": 30, "rollback_after": None, **params},
+        uo.run_unit_override({"health_timeout": 120, "port_timeout": 30, "rollback_after": None, **params},
                              run=_refusing_runner, check_mode=False, python="/usr/bin/python3")
 
 
 def test_env_file_on_the_host_is_validated(tmp_path: Path) -> None:
     bad = tmp_path / "c.env"
     bad.write_text("LLAMA_ARG_SPEC_TYPE=draft-simple\nLLAMA_ARG_ALIAS=\"open\n")
-    with pytest.raises(sd.EnvValueError, match="line 2: LLAMA_ARG_ALIAS's quote is never closed"):
-        sd.load_config(None, str(bad))
+    with pytest.raises(envfile.EnvValueError, match="line 2: LLAMA_ARG_ALIAS's quote is never closed"):
+        uo.load_config(None, str(bad))
     with pytest.raises(SpecdecError, match="does not exist on the managed host"):
-        sd.load_config(None, str(tmp_path / "missing.env"))
+        uo.load_config(None, str(tmp_path / "missing.env"))
 
 
 def test_module_fails_naming_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
@@ -680,7 +683,7 @@ def test_leftover_units_come_from_state_dirs_dropins_and_timers(tmp_path: Path) 
                 return 0, "specdec-rollback-c@x.timer loaded active waiting llmfleet.specdec dead-man rollback\n", ""
             return super().__call__(argv)
 
-    manager = sd.UnitOverride(run=Timers({}), run_dir=str(run), proc=str(_fake_proc(tmp_path, {})))
+    manager = uo.UnitOverride(run=Timers({}), run_dir=str(run), proc=str(_fake_proc(tmp_path, {})))
     assert manager.leftover_units() == ["a.service", "b.service", "c@x.service"]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

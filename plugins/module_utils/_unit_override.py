@@ -1,0 +1,656 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the collection: the unit_override manager (present / confirmed / absent), its health and port waits.
+"""The change vehicle behind ``unit_override``.
+
+An A/B candidate runs as the production unit itself, changed only by a transient drop-in:
+
+- ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, each quoted
+  by ``_envfile`` so that systemd hands the process exactly the value given;
+- ``/run/systemd/system/<unit>.d/50-llmfleet-specdec.conf`` (0600) adds that file after the unit's
+  own ``EnvironmentFile=`` (a later file wins), plus ``UnsetEnvironment=`` for variables the
+  candidate drops;
+- ``/run/llmfleet-specdec/<unit>/rollback.py`` (0700) is a self-contained script that undoes both
+  and restarts the unit; ``systemd-run --on-calendar=<now + N s>`` arms it as the transient timer
+  ``specdec-rollback-<unit stem>.timer``. Transient units live in ``/run/systemd/transient`` and
+  survive ``daemon-reload`` (a wall-clock deadline, because a reload re-bases ``--on-active``
+  timers); everything under ``/run`` is forgotten by a reboot.
+
+Health is decided by the server, never by a file: ``GET /health`` answers 200 *and* the socket
+listening on the port belongs to the unit's new ``MainPID`` (``/proc/net/tcp*`` inode →
+``/proc/<pid>/fd``) or to a process in the unit's own control group or below it
+(``/proc/<pid>/cgroup`` against the unit's ``ControlGroup``): a container run by
+``podman run --cgroups=split`` serves from a daemonized process in a sub-cgroup of the unit, while
+``MainPID`` is the podman client. Before a candidate starts, the port must be free of listeners
+(bounded wait); a port still held names the process that holds it.
+
+The decisions (validation, rendering, what to change) are pure functions; ``Systemctl`` and the
+``/proc`` readers are the only places that touch the host, so the tests drive the rest with fakes.
+
+This room holds the manager (``UnitOverride``, ``plan_present``, ``run_unit_override``) and its waits.
+Not here: unit names, paths, systemctl and the rollback script (``_systemd``), env-file syntax and the
+candidate's rendering (``_envfile``), ``/proc`` readers (``_procview``), HTTP itself (``_http``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Tuple
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
+    EnvConfig,
+    EnvValueError,
+    config_matches_environ,
+    effective_env,
+    env_config_from_mapping,
+    env_config_from_text,
+    read_env_files,
+    render_dropin,
+    render_env_file,
+)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, request
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
+    ProcView,
+    environment_files,
+    read_text,
+    within_cgroup,
+)
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
+    DROPIN_NAME,
+    ROLLBACK_PREFIX,
+    STATE_DIR_NAME,
+    OverridePaths,
+    Runner,
+    Systemctl,
+    UnitOverrideError,
+    journal_tail,
+    override_paths,
+    render_rollback_script,
+    rollback_interpreter,
+    service_name,
+    timer_command,
+    unit_from_rollback_unit,
+)
+
+# llama.cpp's own defaults (common/common.h: hostname "127.0.0.1", port 8080).
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+HttpGet = Callable[[str, float], Tuple[int, str]]
+
+
+class NotHealthyError(UnitOverrideError):
+    """The unit did not become healthy (or its port was served by another process) in time."""
+
+
+class PortBusyError(UnitOverrideError):
+    """The port a candidate needs is still held by a process after the bounded wait."""
+
+
+def endpoint_of(env: Mapping[str, str], unit: str) -> Tuple[str, int]:
+    """Where to reach the server from the host itself: (host, port) from LLAMA_ARG_HOST/PORT (vLLM units:
+    VLLM_SERVE_HOST/PORT, see _endpoint_env)."""
+    host_name, port_name = endpoint_names(env)
+    raw_port = env.get(port_name, "").strip()
+    if raw_port:
+        match = re.match(r"[+-]?\d+", raw_port)  # std::stoi reads leading digits
+        port = int(match.group(0)) if match else -1
+        if not 0 < port < 65536:
+            raise UnitOverrideError(f"{unit}: {port_name}={raw_port!r} is not a TCP port (1-65535)")
+    else:
+        port = DEFAULT_PORT
+    host = env.get(host_name, "").strip() or DEFAULT_HOST
+    if host.endswith(".sock"):
+        raise UnitOverrideError(f"{unit}: {host_name}={host} is a unix socket; unit_override checks health "
+                                "over TCP, so serve on a TCP address for A/B runs")
+    if host in ("0.0.0.0", "*"):
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "::1"
+    return host, port
+
+
+def health_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/health"
+
+
+# ------------------------------------------------------------------ decisions
+
+
+class PresentPlan(NamedTuple):
+    write_files: bool
+    restart: bool
+    arm_timer: bool
+
+    @property
+    def changed(self) -> bool:
+        return self.write_files or self.restart or self.arm_timer
+
+
+def plan_present(files_match: bool, serving_candidate: bool, timer_armed: bool, rollback_after: int | None) -> PresentPlan:
+    """What ``present`` must do.
+
+    ``serving_candidate``: the unit is active with our drop-in loaded, its MainPID's environment
+    carries the candidate and it is healthy now. Only then is there nothing to restart. A changed
+    candidate re-arms the timer with a fresh countdown; an unchanged one keeps the armed countdown
+    (running ``present`` again must never postpone the dead-man).
+    """
+    restart = not serving_candidate
+    arm = rollback_after is not None and (restart or not files_match or not timer_armed)
+    return PresentPlan(write_files=not files_match, restart=restart, arm_timer=arm)
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+def http_get(url: str, timeout: float) -> Tuple[int, str]:
+    """(status, start of body); status 0 when nothing answered. Never uses a proxy.
+
+    Through the collection's one HTTP client: ``total_timeout`` bounds the whole exchange, so a server that
+    drips its reply cannot stall a health wait beyond it (the dead-man script keeps its own few lines of
+    urllib: it runs standalone under systemd, without this collection).
+    """
+    try:
+        with request("GET", url, timeout=timeout, total_timeout=2 * timeout, use_proxy=False) as reply:
+            return reply.status, reply.read(2048).decode("utf-8", "replace")
+    except HttpError as exc:
+        return 0, str(exc)
+
+
+
+
+# ------------------------------------------------------------------ the vehicle
+
+
+def _file_state(path: str) -> Tuple[str | None, int | None]:
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        return None, None
+    return read_text(path), mode
+
+
+def _ensure_private_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+
+
+def write_private(path: str, text: str, mode: int) -> None:
+    """Atomically writes ``text`` with ``mode``: never a moment with other permissions or half a file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _rmdir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+class UnitOverride:
+    """present / confirmed / absent for one unit (or absent for every unit, ``unit='*'``)."""
+
+    def __init__(self, *, run: Runner, check_mode: bool = False, run_dir: str = "/run", proc: str = "/proc",
+                 python: str = "/usr/bin/python3", http: HttpGet = http_get,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, health_timeout: int = 120, port_timeout: int = 30) -> None:
+        self.sd = Systemctl(run)
+        self.check_mode = check_mode
+        self.run_dir = run_dir
+        self.proc = ProcView(proc)
+        self.python = python
+        self.http = http
+        self.clock = clock
+        self.wall = wall
+        self.sleep = sleep
+        self.health_timeout = health_timeout
+        self.port_timeout = port_timeout
+
+    # ---------------------------------------------------------- facts
+
+    def unit_info(self, unit: str) -> Dict[str, str]:
+        return self.sd.show(unit, ["LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "Result",
+                                   "NeedDaemonReload", "DropInPaths", "FragmentPath", "ControlGroup"])
+
+    def base_env(self, paths: OverridePaths) -> Dict[str, str]:
+        """The unit's own environment (Environment= then EnvironmentFile=s), our override left out."""
+        env: Dict[str, str] = {}
+        for value in self.sd.show_all(paths.unit, "Environment"):
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                words = value.split()
+            for word in words:
+                name, sep, val = word.partition("=")
+                if sep:
+                    env[name] = val
+        files = [path for path, _dummy in environment_files(self.sd.show_all(paths.unit, "EnvironmentFiles"))
+                 if os.path.abspath(path) != os.path.abspath(paths.env_file)]
+        env.update(read_env_files(files))
+        return env
+
+    def timer_state(self, paths: OverridePaths) -> Dict[str, Any]:
+        timer = self.sd.show(paths.timer, ["LoadState", "ActiveState", "SubState"])
+        service = self.sd.show(paths.rollback_service, ["LoadState", "ActiveState"])
+        armed = timer["ActiveState"] == "active" and timer["SubState"] == "waiting"
+        due_in = None
+        meta_text = read_text(paths.meta)
+        if armed and meta_text:
+            try:
+                due_in = max(0, math.ceil(float(json.loads(meta_text)["deadline"]) - self.wall()))
+            except (ValueError, KeyError, TypeError):
+                due_in = None
+        return {"timer": paths.timer, "armed": armed, "due_in": due_in,
+                "running": service["ActiveState"] in ("activating", "active", "deactivating"),
+                "loaded": timer["LoadState"] == "loaded" or service["LoadState"] == "loaded"}
+
+    def serving_pid_ok(self, pid: int, port: int, control_group: str = "") -> Tuple[bool, List[int]]:
+        """Whether the port is served by the unit: its ``MainPID`` or a process in its ``control_group``."""
+        owners = self.proc.socket_owners(self.proc.listening_inodes(port))
+        ok = pid in owners or any(within_cgroup(self.proc.cgroup(owner), control_group) for owner in owners)
+        return ok, owners
+
+    def healthy_now(self, unit: str, info: Mapping[str, str], host: str, port: int) -> bool:
+        pid = int(info.get("MainPID") or 0)
+        if info.get("ActiveState") != "active" or pid == 0:
+            return False
+        status, _dummy = self.http(health_url(host, port), 2.0)
+        return status == 200 and self.serving_pid_ok(pid, port, info.get("ControlGroup", ""))[0]
+
+    # ---------------------------------------------------------- waits
+
+    def wait_port_free(self, unit: str, port: int) -> None:
+        deadline = self.clock() + self.port_timeout
+        while True:
+            inodes = self.proc.listening_inodes(port)
+            if not inodes:
+                return
+            if self.clock() >= deadline:
+                owners = self.proc.socket_owners(inodes)
+                held_by = self.proc.owners_text(owners)
+                raise PortBusyError(
+                    f"{unit}: port {port} is still held by {held_by} {self.port_timeout} s after {unit} stopped; "
+                    f"stop that process, or give the candidate another LLAMA_ARG_PORT, and run again",
+                    port=port, port_owners=owners)
+            self.sleep(0.2)
+
+    def wait_healthy(self, unit: str, host: str, port: int, *, not_pid: int | None, since: float | None) -> Dict[str, Any]:
+        """Until /health is 200 from the unit's own (new) MainPID; fails early when the unit dies."""
+        url = health_url(host, port)
+        started = self.clock()
+        deadline = started + self.health_timeout
+        baseline: int | None = None
+        last = "not checked yet"
+        while True:
+            info = self.unit_info(unit)
+            restarts = int(info.get("NRestarts") or 0)
+            baseline = restarts if baseline is None else baseline
+            pid = int(info.get("MainPID") or 0)
+            if info["ActiveState"] == "failed":
+                raise NotHealthyError(f"{unit} failed (Result={info.get('Result')}) before {url} answered",
+                                      journal=self.sd.journal(unit, since), url=url)
+            if restarts > baseline:
+                raise NotHealthyError(f"{unit}'s process exited and systemd restarted it (NRestarts {baseline} -> "
+                                      f"{restarts}) before {url} answered", journal=self.sd.journal(unit, since), url=url)
+            if info["ActiveState"] == "active" and pid and pid != not_pid:
+                status, body = self.http(url, 2.0)
+                if status == 200:
+                    control_group = info.get("ControlGroup", "")
+                    ok, owners = self.serving_pid_ok(pid, port, control_group)
+                    if ok:
+                        return {"healthy": True, "main_pid": pid, "url": url, "port": port,
+                                "seconds": round(self.clock() - started, 2)}
+                    in_cgroup = f" or a process in its control group {control_group}" if control_group else ""
+                    last = (f"{url} answered 200 but port {port} is served by {self.proc.owners_text(owners)}, "
+                            f"not by {unit}'s pid {pid}{in_cgroup}")
+                else:
+                    last = f"{url} answered {status or 'nothing'}: {body.strip()[:120]}"
+            else:
+                last = f"{unit} is {info['ActiveState']}/{info['SubState']} (MainPID {pid})"
+            if self.clock() >= deadline:
+                raise NotHealthyError(f"{unit} was not healthy within {self.health_timeout} s: {last}",
+                                      journal=self.sd.journal(unit, since), url=url)
+            self.sleep(0.25)
+
+    def restart_and_wait(self, unit: str, host: str, port: int) -> Dict[str, Any]:
+        """Stop, wait for the port to be free, start, wait for health from the new process."""
+        old_pid = int(self.unit_info(unit).get("MainPID") or 0) or None
+        self.sd.must(["systemctl", "stop", unit])
+        self.wait_port_free(unit, port)
+        self.sd.call(["systemctl", "reset-failed", unit])
+        since = self.wall() - 1
+        rc, out, err = self.sd.call(["systemctl", "start", unit])
+        if rc != 0:
+            raise NotHealthyError(f"`systemctl start {unit}` failed (rc {rc}): {(err or out).strip()[-300:]}",
+                                  journal=self.sd.journal(unit, since))
+        return self.wait_healthy(unit, host, port, not_pid=old_pid, since=since)
+
+    # ---------------------------------------------------------- the dead-man
+
+    def arm(self, paths: OverridePaths, seconds: int, production_url: str) -> None:
+        self.disarm(paths)
+        _ensure_private_dir(os.path.dirname(paths.state_dir))
+        _ensure_private_dir(paths.state_dir)
+        write_private(paths.script, render_rollback_script(paths, self.python, production_url, self.health_timeout), 0o700)
+        armed_at = self.wall()
+        deadline = math.ceil(armed_at + int(seconds))
+        write_private(paths.meta, json.dumps({"unit": paths.unit, "seconds": int(seconds), "armed_at": armed_at,
+                                              "deadline": deadline}) + "\n", 0o600)
+        try:
+            self.sd.must(timer_command(paths, deadline, self.python, self.health_timeout))
+        except UnitOverrideError:
+            for path in (paths.script, paths.meta):
+                _unlink(path)
+            _rmdir(paths.state_dir)
+            raise
+
+    def disarm(self, paths: OverridePaths) -> bool:
+        """Stops an armed timer; lets a rollback that is running right now finish. True when one was armed."""
+        state = self.timer_state(paths)
+        if state["armed"]:
+            self.sd.must(["systemctl", "stop", paths.timer])
+        deadline = self.clock() + self.health_timeout + 30
+        while state["running"] and self.clock() < deadline:
+            self.sleep(0.25)
+            state = self.timer_state(paths)
+        if state["loaded"]:
+            self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
+        return bool(state["armed"])
+
+    # ---------------------------------------------------------- states
+
+    def _require_loaded(self, unit: str) -> Dict[str, str]:
+        info = self.unit_info(unit)
+        if info["LoadState"] != "loaded":
+            raise UnitOverrideError(f"{unit} is not an installed unit (LoadState={info['LoadState']}); deploy it "
+                                    "first (role llmfleet.specdec.llamacpp_serve)")
+        return info
+
+    def present(self, unit: str, config: EnvConfig, rollback_after: int | None) -> Dict[str, Any]:
+        paths = override_paths(unit, self.run_dir)
+        info = self._require_loaded(unit)
+        want_env = render_env_file(unit, config)
+        want_dropin = render_dropin(paths, config)
+        env_now, env_mode = _file_state(paths.env_file)
+        dropin_now, dropin_mode = _file_state(paths.dropin)
+        files_match = env_now == want_env and dropin_now == want_dropin and env_mode == 0o600 and dropin_mode == 0o600
+        base = self.base_env(paths)
+        host, port = endpoint_of(effective_env(base, config), unit)
+        prod_host, prod_port = endpoint_of(base, unit)
+        pid = int(info.get("MainPID") or 0)
+        serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
+                   and config_matches_environ(config, self.proc.environ(pid) if pid else {})
+                   and self.healthy_now(unit, info, host, port))
+        timer = self.timer_state(paths)
+        plan = plan_present(files_match, serving, timer["armed"], rollback_after)
+        result: Dict[str, Any] = {
+            "changed": plan.changed, "unit": unit, "state": "present", "restarted": False,
+            "env_file": paths.env_file, "dropin": paths.dropin, "url": health_url(host, port), "port": port,
+            "diff": [
+                {"before_header": paths.dropin, "after_header": paths.dropin, "before": dropin_now or "", "after": want_dropin},
+                {"before_header": paths.env_file, "after_header": paths.env_file, "before": env_now or "", "after": want_env},
+            ],
+        }
+        if self.check_mode:
+            result["rollback"] = self._rollback_report(paths, rollback_after if plan.arm_timer else None)
+            return result
+        if not plan.changed:
+            result.update(healthy=True, main_pid=pid, rollback=self._rollback_report(paths, None))
+            return result
+        # The dead-man first: from here on, a controller that dies leaves a host that restores itself.
+        if plan.arm_timer:
+            self.arm(paths, int(rollback_after or 0), health_url(prod_host, prod_port))
+        if plan.write_files:
+            _ensure_private_dir(os.path.dirname(paths.state_dir))
+            _ensure_private_dir(paths.state_dir)
+            _ensure_private_dir(paths.dropin_dir)
+            write_private(paths.env_file, want_env, 0o600)
+            write_private(paths.dropin, want_dropin, 0o600)
+        if plan.write_files or info.get("NeedDaemonReload") == "yes":
+            self.sd.daemon_reload()
+        if plan.restart:
+            try:
+                health = self.restart_and_wait(unit, host, port)
+                if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
+                    raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
+                                          "environment does not carry the candidate (was the override removed meanwhile?)")
+            except UnitOverrideError as exc:
+                raise self._candidate_failed(paths, exc) from exc
+            result.update(health, restarted=True)
+        else:
+            result.update(healthy=True, main_pid=pid)
+        result["rollback"] = self._rollback_report(paths, None)
+        return result
+
+    def _candidate_failed(self, paths: OverridePaths, exc: UnitOverrideError) -> UnitOverrideError:
+        """The candidate never became healthy: restore production, then say both things loudly."""
+        journal = list(exc.details.get("journal") or self.sd.journal(paths.unit, None, 20))
+        tail = journal_tail(paths.unit + " (the candidate)", journal)
+        try:
+            restored = self.absent(paths.unit)
+        except UnitOverrideError as restore_exc:
+            return UnitOverrideError(
+                f"{paths.unit}: the candidate did not become healthy: {exc}. {restore_exc}{tail}",
+                restored=False, journal=journal, production_journal=restore_exc.details.get("journal", []))
+        return UnitOverrideError(
+            f"{paths.unit}: the candidate did not become healthy: {exc}. Production restored and healthy "
+            f"(pid {restored.get('main_pid')} answers {restored.get('url')}).{tail}",
+            restored=True, main_pid=restored.get("main_pid"), journal=journal,
+            **{k: v for k, v in exc.details.items() if k not in ("journal", "url")})
+
+    def confirmed(self, unit: str) -> Dict[str, Any]:
+        paths = override_paths(unit, self.run_dir)
+        info = self._require_loaded(unit)
+        exists = os.path.exists(paths.dropin) or os.path.exists(paths.env_file)
+        timer = self.timer_state(paths)
+        if not exists:
+            raise UnitOverrideError(f"{unit} has no override to confirm (no {paths.dropin}); run state=present first")
+        result: Dict[str, Any] = {"changed": bool(timer["armed"]), "unit": unit, "state": "confirmed",
+                                  "env_file": paths.env_file, "dropin": paths.dropin}
+        host, port = endpoint_of(self.effective_running_env(paths), unit)
+        result.update(url=health_url(host, port), port=port)
+        if not self.healthy_now(unit, info, host, port):
+            due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
+            armed = (f"the dead-man timer {paths.timer} stays armed{due} and will restore production"
+                     if timer["armed"] else "no dead-man timer is armed: run state=absent to restore production")
+            raise UnitOverrideError(f"not confirming {unit}: it is not healthy at {health_url(host, port)} "
+                                    f"({info['ActiveState']}/{info['SubState']}); {armed}",
+                                    journal=self.sd.journal(unit, None, 20))
+        result.update(healthy=True, main_pid=int(info.get("MainPID") or 0))
+        if timer["armed"] and not self.check_mode:
+            self.disarm(paths)
+            _unlink(paths.meta)
+            _unlink(paths.script)
+        result["rollback"] = self._rollback_report(paths, None) if not self.check_mode else {
+            "timer": paths.timer, "armed": timer["armed"], "due_in": timer["due_in"]}
+        return result
+
+    def effective_running_env(self, paths: OverridePaths) -> Dict[str, str]:
+        text = read_text(paths.env_file)
+        config = None
+        if text is not None:
+            try:
+                config = env_config_from_text(text, paths.env_file)
+            except EnvValueError:
+                config = None
+        return effective_env(self.base_env(paths), config)
+
+    def found(self, paths: OverridePaths) -> List[str]:
+        items = [f"{label} {path}" for label, path in (("drop-in", paths.dropin), ("env file", paths.env_file),
+                                                       ("rollback script", paths.script), ("rollback meta", paths.meta))
+                 if os.path.exists(path)]
+        timer = self.timer_state(paths)
+        if timer["armed"]:
+            due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
+            items.append(f"armed timer {paths.timer}{due}")
+        elif timer["loaded"]:
+            items.append(f"spent rollback units {paths.rollback_unit}.{{timer,service}}")
+        return items
+
+    def absent(self, unit: str) -> Dict[str, Any]:
+        paths = override_paths(unit, self.run_dir)
+        info = self.unit_info(unit)
+        found = self.found(paths)
+        dropin_now = read_text(paths.dropin)
+        env_now = read_text(paths.env_file)
+        # Only an override that was in place needs a restart; a spent timer or a stray script does not.
+        overridden = dropin_now is not None or env_now is not None
+        result: Dict[str, Any] = {
+            "changed": bool(found), "unit": unit, "state": "absent", "found": found, "restarted": False,
+            "env_file": paths.env_file, "dropin": paths.dropin,
+            "diff": [
+                {"before_header": paths.dropin, "after_header": paths.dropin, "before": dropin_now or "", "after": ""},
+                {"before_header": paths.env_file, "after_header": paths.env_file, "before": env_now or "", "after": ""},
+            ],
+        }
+        if info["LoadState"] != "loaded" and not found:
+            raise UnitOverrideError(f"{unit} is not an installed unit (LoadState={info['LoadState']}) and this "
+                                    "collection left nothing for it")
+        if self.check_mode:
+            return result
+        if found:
+            self.disarm(paths)
+            for path in (paths.dropin, paths.env_file, paths.script, paths.meta):
+                _unlink(path)
+            _rmdir(paths.dropin_dir)
+            _rmdir(paths.state_dir)
+            _rmdir(os.path.dirname(paths.state_dir))
+            self.sd.daemon_reload()
+        if info["LoadState"] != "loaded":
+            result.update(healthy=None, note=f"{unit} is not installed: removed what was left, restarted nothing")
+            return result
+        host, port = endpoint_of(self.base_env(paths), unit)
+        result.update(url=health_url(host, port), port=port)
+        try:
+            if overridden:
+                health = self.restart_and_wait(unit, host, port)
+                result["restarted"] = True
+            elif self.healthy_now(unit, info, host, port):
+                health = {"healthy": True, "main_pid": int(info["MainPID"])}
+            else:
+                health = self.wait_healthy(unit, host, port, not_pid=None, since=None)
+        except UnitOverrideError as exc:
+            journal = list(exc.details.get("journal") or self.sd.journal(unit, None, 20))
+            removed = f" after its override was removed (found: {'; '.join(found)})" if found else ""
+            raise UnitOverrideError(
+                f"PRODUCTION IS NOT HEALTHY: {unit} did not come back{removed}: {exc}"
+                f"{journal_tail(unit, journal)}",
+                found=found, journal=journal) from exc
+        result.update(health)
+        return result
+
+    def leftover_units(self) -> List[str]:
+        """Every unit this collection left something for: state dirs, drop-ins, rollback timers."""
+        units = set()
+        state_root = os.path.join(self.run_dir, STATE_DIR_NAME)
+        if os.path.isdir(state_root):
+            units.update(name for name in os.listdir(state_root) if name.endswith(".service"))
+        dropin_root = os.path.join(self.run_dir, "systemd", "system")
+        if os.path.isdir(dropin_root):
+            for name in os.listdir(dropin_root):
+                if name.endswith(".service.d") and os.path.exists(os.path.join(dropin_root, name, DROPIN_NAME)):
+                    units.add(name[: -len(".d")])
+        for name in self.sd.list_units(ROLLBACK_PREFIX + "*"):
+            unit = unit_from_rollback_unit(name)
+            if unit:
+                units.add(unit)
+        return sorted(units)
+
+    def absent_everywhere(self) -> Dict[str, Any]:
+        """``unit='*'``: absent for every leftover unit; failures are collected, then raised together."""
+        reports: Dict[str, Any] = {}
+        failures: List[str] = []
+        for unit in self.leftover_units():
+            try:
+                report = self.absent(unit)
+                report.pop("diff", None)
+                reports[unit] = report
+            except UnitOverrideError as exc:
+                reports[unit] = {"failed": True, "msg": str(exc), **exc.details}
+                failures.append(f"{unit}: {exc}")
+        changed = any(report.get("changed") for report in reports.values())
+        if failures:
+            raise UnitOverrideError("; ".join(failures), units=reports, changed=changed)
+        return {"changed": changed, "unit": "*", "state": "absent", "units": reports}
+
+    def _rollback_report(self, paths: OverridePaths, would_arm: int | None) -> Dict[str, Any]:
+        if would_arm is not None:
+            return {"timer": paths.timer, "armed": True, "due_in": would_arm}
+        state = self.timer_state(paths)
+        return {"timer": paths.timer, "armed": state["armed"], "due_in": state["due_in"]}
+
+
+# ------------------------------------------------------------------ the module's one call
+
+
+def load_config(env: Mapping[str, Any] | None, env_file: str | None) -> EnvConfig:
+    """The candidate from O(env) (a mapping) or O(env_file) (a file on the managed host), validated."""
+    if env is not None:
+        return env_config_from_mapping(env)
+    if env_file is None:
+        raise SpecdecError("state=present needs the candidate: give env (a mapping) or env_file (a path on the host)")
+    text = read_text(env_file)
+    if text is None:
+        raise SpecdecError(f"env_file {env_file} does not exist on the managed host")
+    return env_config_from_text(text, env_file)
+
+
+def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: bool, python: str) -> Dict[str, Any]:
+    """Validates everything first (nothing is written for bad input), then does what O(state) says."""
+    state = params["state"]
+    health_timeout = int(params.get("health_timeout") or 120)
+    port_timeout = int(params.get("port_timeout") or 30)
+    rollback_after = params.get("rollback_after")
+    every_unit = params["unit"] == "*"
+    if every_unit and state != "absent":
+        raise SpecdecError("unit='*' (every unit this collection overrode) only goes with state=absent")
+    unit = None if every_unit else service_name(params["unit"])
+    config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
+    if state == "present" and rollback_after is not None and rollback_after <= health_timeout:
+        raise SpecdecError(
+            f"rollback_after ({rollback_after} s) must be longer than health_timeout ({health_timeout} s): the dead-man "
+            "must not fire while the candidate may still be starting; raise rollback_after or lower health_timeout")
+    if health_timeout < 1 or port_timeout < 0:
+        raise SpecdecError("health_timeout must be at least 1 s and port_timeout at least 0 s")
+    if os.geteuid() != 0:
+        raise SpecdecError("unit_override writes under /run and drives systemd: run it as root (become: true)")
+    if state == "present" and rollback_after is not None:
+        python = rollback_interpreter(python)
+    manager = UnitOverride(run=run, check_mode=check_mode, python=python,
+                           health_timeout=health_timeout, port_timeout=port_timeout)
+    if every_unit:
+        return manager.absent_everywhere()
+    if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
+        raise AssertionError("unit_override: unit (and config for state=present) must be given")
+    if state == "present":
+        return manager.present(unit, config, rollback_after)
+    if state == "confirmed":
+        return manager.confirmed(unit)
+    return manager.absent(unit)
