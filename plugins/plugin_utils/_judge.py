@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate, _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BENCH_SCHEMA  # the bench writes it
 from ansible_collections.llmfleet.specdec.plugins.module_utils._quality import (
     _reference_texts,
     _text_key,
@@ -68,7 +69,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
     verdict,
 )
 
-BENCH_SCHEMA = "llmfleet.specdec/bench/1"
 OK = "OK"
 BASELINE = "BASELINE"
 INVALID = "INVALID"
@@ -157,7 +157,7 @@ def acceptance_by_position(deltas: Iterable[Mapping[str, Any] | None]) -> list[f
         if not isinstance(d, Mapping):
             continue
         drafts += int(d.get("drafts") or 0)
-        for i, v in enumerate(d.get("accepted_per_pos") or []):
+        for i, v in enumerate(d.get(be.PER_POSITION_KEY) or []):
             if i >= len(per_pos):
                 per_pos.extend([0] * (i + 1 - len(per_pos)))
             per_pos[i] += int(v or 0)
