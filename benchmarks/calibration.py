@@ -35,13 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _shapes, _stats
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 from testbed import models
 from testbed.server import LlamaServer
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
-SHAPES = ["prose", "echo", "structured", "identity"]
+SHAPES = list(_shapes.SHAPES)  # every shape, in the one order
 TWIN_ENV = {"SPECDEC_TWIN": "1"}
 
 

@@ -557,3 +557,17 @@ def test_texts_are_compared_prompt_by_prompt_across_rounds() -> None:
     assert same["lossless"] is True and same["differ"] == 0
     wrong = _judge._compare_texts([req(1, "alpha")], ref)
     assert wrong["lossless"] is False and wrong["first_divergence"]["round"] == 1
+
+
+def test_judged_shapes_follow_the_one_shape_order_then_an_operators_own():
+    """Shape names have one home (_shapes.SHAPES): the judge lists the built-in shapes in that order whatever
+    order the bench recorded them in, and an operator's own shape after them."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
+
+    run = make_run({"baseline": {}, "draft": {"speedup": 1.2}}, rounds=2, shapes=tuple(reversed(SHAPES)))
+    for entry in run["entries"]:  # an operator's shape, recorded first, in place of identity
+        bench = entry["bench"]
+        bench["shapes"] = {("tickets" if s == "identity" else s): v for s, v in (bench.get("shapes") or {}).items()}
+        for r in bench["requests"]:
+            r["shape"] = "tickets" if r["shape"] == "identity" else r["shape"]
+    assert jd.judge(run)["shapes"] == [*SHAPES[:-1], "tickets"]
