@@ -11,10 +11,12 @@ from typing import Any, Callable
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import build_shapes
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 from testbed.server import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
@@ -138,11 +140,8 @@ def test_parse_spec_counters_is_breakevens():
 
 
 def test_the_speculation_counters_carry_one_set_of_names_in_every_room():
-    """spec_breakeven's step 0, the bench's /metrics deltas, the recorded A/B run and the watch name the same
-    counters alike (issue 14: they were renamed between rooms)."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
-
+    """spec_breakeven's step 0, the bench's /metrics deltas and the recorded A/B run the judge reads name the
+    same counters alike (they were renamed between rooms; the watch builds its dict from COUNTER_KEYS)."""
     names = {*be.COUNTER_KEYS, be.PER_POSITION_KEY}
     metrics = text("llamacpp_metrics_after.txt")
     parsed = be.parse_spec_counters(metrics)

@@ -13,6 +13,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
@@ -562,8 +563,6 @@ def test_texts_are_compared_prompt_by_prompt_across_rounds() -> None:
 def test_judged_shapes_follow_the_one_shape_order_then_an_operators_own():
     """Shape names have one home (_shapes.SHAPES): the judge lists the built-in shapes in that order whatever
     order the bench recorded them in, and an operator's own shape after them."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
-
     run = make_run({"baseline": {}, "draft": {"speedup": 1.2}}, rounds=2, shapes=tuple(reversed(SHAPES)))
     for entry in run["entries"]:  # an operator's shape, recorded first, in place of identity
         bench = entry["bench"]
