@@ -5,7 +5,7 @@ real win is called a win.
 Every *run* has the protocol's shape: rounds x configs, the order rotated per round, each config on its own
 server start in every round (a real llama-server started by tests/testbed/server.py, not through systemd,
 so a run costs seconds to minutes), every shape measured by the project's own spec_bench code path
-(``_endpoint.run_bench``), the run judged by ``_stats.judge``. Two test beds:
+(``_endpoint.run_bench``), the run judged by ``_judge.judge``. Two test beds:
 
 - ``tiny``: the demo models (1.5 MB target), configs ``baseline`` and ``twin``;
 - ``win``: the memory-bound 413 MB F16 target of ``testbed.models.WIN_SET`` with its exact one-layer
@@ -35,12 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _shapes, _stats
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 from testbed import models
 from testbed.server import LlamaServer
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
-SHAPES = ["prose", "echo", "structured", "identity"]
+SHAPES = list(_shapes.SHAPES)  # every shape, in the one order
 TWIN_ENV = {"SPECDEC_TWIN": "1"}
 
 
@@ -127,7 +128,7 @@ def tally(runs: list[dict[str, Any]], method: str, margin: float) -> dict[str, d
     """config -> {verdict: count} over every shape of every run."""
     out: dict[str, dict[str, int]] = {}
     for run in runs:
-        judged = _stats.judge(run, method=method, margin=margin, n_boot=1000)
+        judged = _judge.judge(run, method=method, margin=margin, n_boot=1000)
         for name, c in judged["configs"].items():
             if name == judged["baseline"]:
                 continue
@@ -168,7 +169,7 @@ def print_table(runs_by_bed: dict[str, list[dict[str, Any]]], margin: float) -> 
 
 
 def print_prediction(run: dict[str, Any]) -> None:
-    judged = _stats.judge(run)
+    judged = _judge.judge(run)
     print("| config | shape | K | p | t_s ms | d_s ms | predicted tok/s | measured tok/s | measured / predicted "
           "| implied verify cost (target steps) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

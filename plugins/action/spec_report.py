@@ -12,11 +12,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ansible_version
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _report, _stats
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
 from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _plots, _report
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import write_atomic
 
 
@@ -66,7 +65,7 @@ class ActionModule(ActionBase):
             "ansible_core": ansible_version, "python": platform.python_version(),
             "matplotlib": _matplotlib_version()})
         try:
-            judged = _stats.judge(run, d_s_ms=d_s, n_boot=args["bootstrap_resamples"], seed=args["seed"])
+            judged = _judge.judge(run, d_s_ms=d_s, n_boot=args["bootstrap_resamples"], seed=args["seed"])
             document = _report.build_document(run, judged, environment)
         except SpecdecError as exc:
             raise AnsibleActionFail(str(exc)) from None

@@ -10,8 +10,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _report
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report
 
 
 def ab_lock_owner(run_id: Any) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._report import safe_name as _safe_name
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._report import safe_name as _safe_name
 
 
 def safe_name(value: Any, what: str = "name") -> str:

@@ -249,6 +249,13 @@ _DRAFTS = "spec_decode_num_drafts_total"
 _DRAFT_TOKENS = "spec_decode_num_draft_tokens_total"
 _ACCEPTED = "spec_decode_num_accepted_tokens_total"
 _PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
+# The speculation counters carry these key names in every room: parse_spec_counters below, spec_bench's
+# metrics_delta and metrics_total_delta (_endpoint), the judge (plugin_utils/_judge) and the watch
+# (_drift_host). This is the one mapping from the engines' counter names to them.
+COUNTER_NAMES = {_DRAFTS: "drafts", _DRAFT_TOKENS: "draft_tokens", _ACCEPTED: "accepted_tokens"}
+COUNTER_KEYS = tuple(COUNTER_NAMES.values())
+PER_POSITION_KEY = "accepted_per_pos"  # accepted tokens per draft position, from _PER_POS
+EXPORTED_KEY = "exported"  # whether the engine exports _DRAFTS at all
 # No drafter proposes this many tokens per round; a position label past it would only allocate a huge list.
 MAX_DRAFT_POSITIONS = 4096
 
@@ -300,7 +307,9 @@ def parse_spec_counters(text: str) -> dict[str, Any]:
 
     Reads llama.cpp's ``llamacpp:spec_decode_*`` and vLLM's ``vllm:spec_decode_*`` counters
     (drafts = verification rounds, draft tokens, accepted tokens, accepted per draft position),
-    summed over label sets (vLLM labels each engine). Counters run from server start.
+    summed over label sets (vLLM labels each engine). Counters run from server start. The counters
+    come under the collection's one set of names (:data:`COUNTER_KEYS`, :data:`PER_POSITION_KEY`,
+    :data:`EXPORTED_KEY`), the same the bench records in its ``metrics_delta``.
     """
     samples = parse_prometheus(text)
     names = {name for name, _dummy, _dummy in samples}
@@ -341,11 +350,9 @@ def parse_spec_counters(text: str) -> dict[str, Any]:
     speculates = drafts > 0
     out: dict[str, Any] = {
         "engine": engine,
-        "counters_exported": exported,
-        "drafts": drafts,
-        "draft_tokens": draft_tokens,
-        "accepted_tokens": accepted,
-        "accepted_per_position": accepted_per_pos,
+        EXPORTED_KEY: exported,
+        **{COUNTER_NAMES[name]: value or 0.0 for name, value in totals.items()},
+        PER_POSITION_KEY: accepted_per_pos,
         "speculates": speculates,
         "commit_per_round": 1.0 + accepted / drafts if speculates else 1.0,
         "acceptance_rate": accepted / draft_tokens if draft_tokens > 0 else None,

@@ -23,7 +23,11 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift as drift
-from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_prometheus, parse_spec_counters
+from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import (
+    COUNTER_KEYS,
+    parse_prometheus,
+    parse_spec_counters,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils._build import FACTS_FILE
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_files
@@ -161,8 +165,7 @@ def read_counters(client: Endpoint) -> Dict[str, Any]:
     text = body.decode("utf-8", "replace")
     counters = parse_spec_counters(text)
     tokens = sum(v for name, _labels, v in parse_prometheus(text) if name in _TOKEN_COUNTERS)
-    return {"drafts": counters["drafts"], "draft_tokens": counters["draft_tokens"],
-            "accepted_tokens": counters["accepted_tokens"], "tokens_predicted": tokens}
+    return dict({key: counters[key] for key in COUNTER_KEYS}, tokens_predicted=tokens)
 
 
 def _load_evidence(path: str) -> Optional[Dict[str, Any]]:

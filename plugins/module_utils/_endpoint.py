@@ -31,7 +31,12 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
+from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import (
+    COUNTER_KEYS,
+    EXPORTED_KEY,
+    PER_POSITION_KEY,
+    parse_spec_counters,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import TOTAL_GRACE, HttpError, redact_url
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
@@ -61,7 +66,6 @@ __all__ = [
 BENCH_SCHEMA = "llmfleet.specdec/bench/1"
 APIS = ("llamacpp", "openai")
 ENGINES = ("llamacpp", "vllm")
-COUNTER_KEYS = ("drafts", "draft_tokens", "accepted_tokens")
 # llama-server prints its spec totals as C++ doubles with 6 significant digits: from 1e6 on they are rounded.
 _LLAMACPP_EXACT_BELOW = 1_000_000
 _BODY_START = 300
@@ -102,12 +106,12 @@ def counters_from_metrics(text: str) -> dict[str, Any]:
     parsed = parse_spec_counters(text)
     out: dict[str, Any] = {
         "engine": parsed["engine"],
-        "exported": parsed["counters_exported"],
+        EXPORTED_KEY: parsed[EXPORTED_KEY],
         "drafts": _counter(parsed["drafts"], "drafts"),
         "draft_tokens": _counter(parsed["draft_tokens"], "draft tokens"),
         "accepted_tokens": _counter(parsed["accepted_tokens"], "accepted tokens"),
-        "accepted_per_pos": [_counter(v, f"accepted tokens at position {i}")
-                             for i, v in enumerate(parsed["accepted_per_position"])],
+        PER_POSITION_KEY: [_counter(v, f"accepted tokens at position {i}")
+                           for i, v in enumerate(parsed[PER_POSITION_KEY])],
     }
     out["exact"] = not (parsed["engine"] == "llama.cpp"
                         and max(out[k] for k in COUNTER_KEYS) >= _LLAMACPP_EXACT_BELOW)
@@ -127,12 +131,12 @@ def counter_delta(before: Mapping[str, Any], after: Mapping[str, Any], where: st
     delta: dict[str, Any] = {}
     for key in COUNTER_KEYS:
         delta[key] = int(after[key]) - int(before[key])
-    b_pos, a_pos = list(before["accepted_per_pos"]), list(after["accepted_per_pos"])
+    b_pos, a_pos = list(before[PER_POSITION_KEY]), list(after[PER_POSITION_KEY])
     width = max(len(b_pos), len(a_pos))
     b_pos += [0] * (width - len(b_pos))
     a_pos += [0] * (width - len(a_pos))
-    delta["accepted_per_pos"] = [a - b for a, b in zip(a_pos, b_pos)]
-    if any(delta[k] < 0 for k in COUNTER_KEYS) or any(v < 0 for v in delta["accepted_per_pos"]):
+    delta[PER_POSITION_KEY] = [a - b for a, b in zip(a_pos, b_pos)]
+    if any(delta[k] < 0 for k in COUNTER_KEYS) or any(v < 0 for v in delta[PER_POSITION_KEY]):
         raise EndpointError(
             f"{where}: the speculation counters went down between two reads ({dict(before)} -> {dict(after)}); "
             "the server restarted during the bench. Run it again on a server that stays up.")
@@ -515,7 +519,7 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
 
     before = client.spec_counters() if metrics else None
     first = before
-    if before is not None and not before["exported"] and server["engine"] == "vllm":
+    if before is not None and not before[EXPORTED_KEY] and server["engine"] == "vllm":
         notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
     requests: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+
 PASSED = "PASSED"
 INVALID = "INVALID"
 FAILED = "FAILED"
@@ -148,7 +150,7 @@ def judge_status(status: str, problems: list[str], load_gate: Mapping[str, Any],
     """The config's status once the load gate is counted: FAILED or INVALID under load, never a candidate.
 
     The baseline keeps its status (it is production's own config); its failure under load becomes a warning.
-    ``statuses``: the A/B's status names (``_stats.FAILED``, ``_stats.INVALID``).
+    ``statuses``: the A/B's status names (``_judge.FAILED``, ``_judge.INVALID``).
     """
     if is_baseline or load_gate["status"] not in (FAILED, INVALID):
         return status, problems
@@ -188,8 +190,6 @@ def load_section(entries_by_config: Mapping[str, list[Mapping[str, Any]]], basel
     ``single_stream``: config -> shape -> the judged single-stream row, shown beside the load numbers.
     None when no config was measured under load.
     """
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
-
     samples = {name: {s: _samples(entries, s) for s in shapes} for name, entries in entries_by_config.items()}
     if not any(a or p for by_shape in samples.values() for a, p in by_shape.values()):
         return None

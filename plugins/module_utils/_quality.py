@@ -30,6 +30,9 @@ baseline and the report says its speculation is unverified.
 :func:`quality` measures a lossy-by-design config against the baseline's greedy texts per shape.
 Tokens here are word pieces: the answer split with GPT-2's pre-tokenizer pattern (the bench records
 texts, not the server's token ids), so the numbers mean the same on every model.
+
+The texts of a run live here too (:func:`is_empty`, :func:`first_divergence`, which prompt an answer
+answered, the baseline's reference texts): the controller's ``_judge`` compares them for losslessness.
 """
 from __future__ import annotations
 
@@ -219,6 +222,58 @@ def _summary(rows: list[dict[str, Any]], vacuous: int) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# the texts of a run: here, not in the controller's _judge, because quality() and setup() need them too
+
+
+def is_empty(request: Mapping[str, Any]) -> bool:
+    """An answer that says nothing: flagged empty by spec_bench, or only whitespace."""
+    text = request.get("text")
+    return bool(request.get("empty")) or not isinstance(text, str) or not text.strip()
+
+
+def first_divergence(a: str, b: str, context: int = 24) -> dict[str, Any] | None:
+    """Where two texts first differ (character position) with a short context of each; None when equal."""
+    if a == b:
+        return None
+    limit = min(len(a), len(b))
+    pos = next((i for i in range(limit) if a[i] != b[i]), limit)
+    start = max(0, pos - context)
+    return {
+        "position": pos,
+        "baseline": a[start:pos + context],
+        "candidate": b[start:pos + context],
+        "context_start": start,
+        "baseline_len": len(a),
+        "candidate_len": len(b),
+    }
+
+
+def _text_key(r: Mapping[str, Any]) -> tuple[str, Any]:
+    """Which prompt a request answered: its fingerprint when the bench recorded one (rounds and repeats
+    may send different prompts under the same index), else its shape and index."""
+    return (r["shape"], r.get("prompt_sha256") or r.get("prompt_index", 0))
+
+
+def _reference_texts(requests: list[dict[str, Any]]) -> tuple[dict[tuple[str, Any], str], list[str]]:
+    """The baseline's first non-empty text per (shape, prompt) and where the baseline disagrees with itself."""
+    ref: dict[tuple[str, Any], str] = {}
+    warnings = []
+    for r in requests:
+        if is_empty(r):
+            continue
+        key = _text_key(r)
+        if key not in ref:
+            ref[key] = r["text"]
+        elif r["text"] != ref[key]:
+            d = first_divergence(ref[key], r["text"])
+            warnings.append(f"the baseline is not deterministic on {key[0]} prompt {r.get('prompt_index', 0)} "
+                            f"(round {r['round']}, "
+                            f"repeat {r.get('repeat', 0)}, char {d['position']}): losslessness verdicts on this "
+                            f"prompt are unreliable; is temperature 0 really in force?")
+    return ref, warnings
+
+
 def quality(requests: Sequence[Mapping[str, Any]], reference: Mapping[tuple[str, Any], str]) -> dict[str, Any]:
     """Per shape and over all shapes: the config's greedy answers against the reference texts.
 
@@ -227,13 +282,11 @@ def quality(requests: Sequence[Mapping[str, Any]], reference: Mapping[tuple[str,
     ``first_difference_*`` the mean position of the first difference over the prompts that differ (in
     characters and in word pieces), ``token_agreement`` the share of word-piece positions that agree
     over the length both answers have. A prompt with an empty answer on either side is ``vacuous``."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats  # it imports this module
-
     seen: dict[tuple[str, Any], str] = {}
     empty: set[tuple[str, Any]] = set()
     for r in requests:
-        key = _stats._text_key(r)
-        if _stats.is_empty(r):
+        key = _text_key(r)
+        if is_empty(r):
             empty.add(key)
         elif key not in seen:
             seen[key] = r["text"]
@@ -358,14 +411,12 @@ def summary_lines(judged: Mapping[str, Any]) -> list[str]:
 
 def setup(g: dict[str, Any], plan: Mapping[str, Any], gathered: Mapping[str, Any], baseline: str,
           ref: Mapping[tuple[str, Any], str], warnings: list[str]) -> None:
-    """Marks a gathered config (``_stats.judge``) knob / lossy, sets its text reference when that is another
+    """Marks a gathered config (``_judge.judge``) knob / lossy, sets its text reference when that is another
     config, and its quality against the baseline's texts when it changes the numbers."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats  # it imports this module
-
     g["knob"] = bool(plan["numerics"]) or plan["judging"] == LOSSY
     g["lossy"] = plan["judging"] == LOSSY
     if plan.get("reference") and plan["reference"] in gathered and plan["reference"] != baseline:
-        g["reference_texts"] = _stats._reference_texts(gathered[plan["reference"]]["requests"])[0]
+        g["reference_texts"] = _reference_texts(gathered[plan["reference"]]["requests"])[0]
     if g["knob"] and g["requests"]:
         g["quality"] = quality(g["requests"], ref)
     if plan.get("reference_note") and plan["judging"] == LOSSY and plan["speculative"]:

@@ -16,8 +16,9 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _load, _loadgate, _stats, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _load, _loadgate, _traffic
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 from testbed.load_fault_proxy import FaultProxy
 from testbed.server import LlamaServer
 
@@ -154,9 +155,9 @@ def test_the_judge_never_recommends_a_config_that_failed_the_gate(llama_server_b
     run = {"host": "testbed", "baseline": "baseline", "mix": {"prose": 1, "identity": 1},
            "configs": [{"name": "baseline", "chain": []}, {"name": "draft", "chain": ["draft-simple"]},
                        {"name": "draft-cut", "chain": ["draft-simple"]}], "entries": entries}
-    j = _stats.judge(run, n_boot=300)
+    j = _judge.judge(run, n_boot=300)
     assert j["configs"]["draft"]["load_gate"]["status"] == _loadgate.PASSED
-    assert j["configs"]["draft-cut"]["status"] == _stats.INVALID
+    assert j["configs"]["draft-cut"]["status"] == _judge.INVALID
     assert j["configs"]["draft-cut"]["problems"][0].startswith("under load (2 streams)")
     # alone it is lossless: only the load gate catches it
     assert j["configs"]["draft-cut"]["lossless"] is True

@@ -22,8 +22,8 @@ import pytest
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _report as rp
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration
@@ -67,14 +67,14 @@ def judged(llama_server_bin: str, standard_models: dict[str, Path],
            "configs": [{"name": n, "chain": ["draft-simple"] if "LLAMA_ARG_SPEC_TYPE" in env else [],
                         "server_config": env, "rendering": {"env": env, "override": env}}
                        for n, env in envs.items()]}
-    j = st.judge(run)
+    j = jd.judge(run)
     return run, j
 
 
 def test_kv_cache_type_is_lossy_by_design_with_quality_numbers(judged):
     _run, j = judged
     c = j["configs"]["kv-q8_0"]
-    assert c["status"] == st.OK, c["problems"]
+    assert c["status"] == jd.OK, c["problems"]
     assert c["judging"]["judging"] == q.LOSSY
     assert {n["kind"] for n in c["judging"]["numerics"]} == {"KV cache type", "backend kernels"}
     overall = c["quality"]["overall"]
@@ -88,7 +88,7 @@ def test_kv_cache_type_is_lossy_by_design_with_quality_numbers(judged):
 def test_quant_rung_really_changes_greedy_text_and_is_judged_lossy(judged):
     _run, j = judged
     c = j["configs"]["q4_0"]
-    assert c["status"] == st.OK, c["problems"]
+    assert c["status"] == jd.OK, c["problems"]
     assert c["judging"]["judging"] == q.LOSSY and c["lossless"] == q.LOSSY_LABEL
     overall = c["quality"]["overall"]
     assert overall["identical"] < overall["prompts"]
@@ -101,7 +101,7 @@ def test_speculation_on_the_quant_rung_is_lossless_against_the_quant_baseline(ju
     _run, j = judged
     c = j["configs"]["q4_0+draft"]
     assert c["judging"]["judging"] == q.LOSSLESS and c["judging"]["reference"] == "q4_0"
-    assert c["status"] == st.OK, c["problems"]
+    assert c["status"] == jd.OK, c["problems"]
     assert c["lossless"] is True and c["texts_compared"] == 12
     assert c["draft_n"] > 0
     # it still differs from production: the quality against the baseline is the quant rung's
@@ -112,7 +112,7 @@ def test_fake_acceptance_on_the_quant_rung_is_invalid_against_its_reference(judg
     _run, j = judged
     c = j["configs"]["q4_0+synthetic"]
     assert c["judging"]["reference"] == "q4_0"
-    assert c["status"] == st.INVALID and c["lossless"] is False
+    assert c["status"] == jd.INVALID and c["lossless"] is False
 
 
 def test_report_names_references_and_shows_quality(judged):

@@ -232,8 +232,8 @@ def test_parse_llamacpp_recorded_metrics_speculating():
     c = be.parse_spec_counters(fixture("llamacpp_metrics_spec.txt"))
     assert c["engine"] == "llama.cpp"
     assert (c["drafts"], c["draft_tokens"], c["accepted_tokens"]) == (51, 149, 138)
-    assert c["accepted_per_position"] == [49, 45, 44]
-    assert sum(c["accepted_per_position"]) == c["accepted_tokens"]
+    assert c["accepted_per_pos"] == [49, 45, 44]
+    assert sum(c["accepted_per_pos"]) == c["accepted_tokens"]
     assert c["speculates"] is True
     # the server's own log said "mean len = 3.71"
     assert round(c["commit_per_round"], 2) == 3.71
@@ -242,23 +242,23 @@ def test_parse_llamacpp_recorded_metrics_speculating():
 
 def test_parse_llamacpp_recorded_metrics_plain():
     c = be.parse_spec_counters(fixture("llamacpp_metrics_plain.txt"))
-    assert c["engine"] == "llama.cpp" and c["counters_exported"] is True
+    assert c["engine"] == "llama.cpp" and c["exported"] is True
     assert c["speculates"] is False and c["commit_per_round"] == 1.0
-    assert c["accepted_per_position"] == [] and c["acceptance_rate"] is None
+    assert c["accepted_per_pos"] == [] and c["acceptance_rate"] is None
 
 
 def test_parse_vllm_metrics_sums_engines_and_skips_created():
     c = be.parse_spec_counters(fixture("vllm_metrics_spec.txt"))
     assert c["engine"] == "vllm"
     assert (c["drafts"], c["draft_tokens"], c["accepted_tokens"]) == (30000, 90000, 46500)
-    assert c["accepted_per_position"] == [20500, 15200, 10800]
+    assert c["accepted_per_pos"] == [20500, 15200, 10800]
     assert c["commit_per_round"] == pytest.approx(1 + 46500 / 30000)
     assert c["mean_draft_length"] == pytest.approx(3.0)
 
 
 def test_parse_vllm_without_speculation():
     c = be.parse_spec_counters(fixture("vllm_metrics_plain.txt"))
-    assert c["speculates"] is False and c["counters_exported"] is False
+    assert c["speculates"] is False and c["exported"] is False
     assert "not configured" in c["note"]
 
 

@@ -8,6 +8,7 @@ import pytest
 from ab_runs import make_run
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -57,8 +58,8 @@ def test_an_aa_twin_with_start_to_start_spread_is_no_difference_where_the_bootst
     shapes = 0
     for seed in range(20):
         run = _aa_run(seed)
-        new = st.judge(run, n_boot=200)["configs"]["twin"]["shapes"]
-        old = st.judge(run, n_boot=200, method="request-bootstrap")["configs"]["twin"]["shapes"]
+        new = jd.judge(run, n_boot=200)["configs"]["twin"]["shapes"]
+        old = jd.judge(run, n_boot=200, method="request-bootstrap")["configs"]["twin"]["shapes"]
         shapes += len(new)
         new_calls += sum(r["verdict"] in (st.WIN, st.LOSS) for r in new.values())
         old_calls += sum(r["verdict"] in (st.WIN, st.LOSS) for r in old.values())
@@ -71,19 +72,19 @@ def test_a_real_speedup_still_wins_through_the_start_to_start_spread():
     rng = random.Random(7)
     start = {r: math.exp(rng.gauss(0.0, 0.05)) for r in range(3)}
     run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.8, start=start)}, rounds=3)
-    for row in st.judge(run, n_boot=200)["configs"]["d"]["shapes"].values():
+    for row in jd.judge(run, n_boot=200)["configs"]["d"]["shapes"].values():
         assert row["verdict"] == st.WIN and row["ci_low"] > 1.0 and row["n"] == "3x4"
 
 
 def test_the_equivalence_margin_keeps_a_sliver_from_being_called():
     # a steady 1 % speedup: the interval is tight and above 1, but within the margin
     run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.01)}, rounds=3)
-    row = st.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
+    row = jd.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
     assert row["ci_low"] > 1.0 and row["verdict"] == st.NO_DIFFERENCE
-    row = st.judge(run, n_boot=200, margin=0.0)["configs"]["d"]["shapes"]["prose"]
+    row = jd.judge(run, n_boot=200, margin=0.0)["configs"]["d"]["shapes"]["prose"]
     assert row["verdict"] == st.WIN
     slow = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=0.9)}, rounds=3)
-    assert st.judge(slow, n_boot=200)["configs"]["d"]["shapes"]["prose"]["verdict"] == st.LOSS
+    assert jd.judge(slow, n_boot=200)["configs"]["d"]["shapes"]["prose"]["verdict"] == st.LOSS
 
 
 def test_the_mix_recommendation_uses_the_rounds_and_shows_n():
@@ -92,31 +93,31 @@ def test_the_mix_recommendation_uses_the_rounds_and_shows_n():
     run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=start),
                     "twin": {"start": {0: 1.08, 1: 0.95, 2: 1.03}, "server_config": {"SPECDEC_TWIN": "1"}}},
                    rounds=3, mix={"prose": 0.5, "echo": 0.5})
-    rec = st.judge(run, n_boot=200)["recommendation"]
+    rec = jd.judge(run, n_boot=200)["recommendation"]
     assert rec["config"] == "d" and rec["n"] == "3x4" and rec["ci_low"] > 1.0
     # with one round nothing can be recommended: keep the baseline
     one = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5)}, rounds=1, mix={"prose": 1.0})
-    rec = st.judge(one, n_boot=200)["recommendation"]
+    rec = jd.judge(one, n_boot=200)["recommendation"]
     assert rec["keep_baseline"] and rec["candidates"][0]["verdict"] == st.TOO_FEW_ROUNDS
 
 
 def test_judge_refuses_an_unknown_method_or_margin():
     run = make_run({"baseline": {}, "d": dict(DRAFTER)}, rounds=2)
     with pytest.raises(st.ReportInputError, match="method"):
-        st.judge(run, method="vibes")
+        jd.judge(run, method="vibes")
     with pytest.raises(st.ReportInputError, match="margin"):
-        st.judge(run, margin=-0.1)
+        jd.judge(run, margin=-0.1)
 
 
 def test_the_position_table_shows_only_drafted_positions_and_the_json_keeps_all():
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _report as rp
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
     # ngram-mod exports a counter for each of its 64 positions; drafts here were 3 long (30 tokens / 10 drafts)
     per_pos = [9, 7, 4] + [0] * 61
     ngram = {"chain": ["ngram-mod"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
              "per_pos": per_pos}
     run = make_run({"baseline": {}, "ngram-mod": ngram}, rounds=2)
-    doc = rp.build_document(run, st.judge(run, n_boot=100))
+    doc = rp.build_document(run, jd.judge(run, n_boot=100))
     c = doc["judged"]["configs"]["ngram-mod"]
     assert len(c["acceptance_by_position"]) == 64 and c["positions_drafted"] == 3
     md = rp.markdown(doc)
@@ -138,9 +139,9 @@ def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared()
         "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
                         "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},
     }, rounds=2, mix={"prose": 1.0})
-    j = st.judge(run, d_s_ms=12.0, n_boot=200)
+    j = jd.judge(run, d_s_ms=12.0, n_boot=200)
     probe = j["configs"]["draft-alone"]
-    assert probe["status"] == st.DRAFTER_PROBE and probe["probe_for"] == ["d"]
+    assert probe["status"] == jd.DRAFTER_PROBE and probe["probe_for"] == ["d"]
     assert probe["shapes"]["prose"]["verdict"] == "drafter probe" and probe["lossless"] is None
     pred = next(p for p in j["prediction"] if p["config"] == "d" and p["shape"] == "prose")
     assert pred["d_s_ms"] == pytest.approx(1000.0 / probe["shapes"]["prose"]["median_tok_s"])
@@ -150,8 +151,8 @@ def test_a_drafter_probe_measures_d_s_for_the_prediction_and_is_never_compared()
     assert pred["implied_verify_steps"] == pytest.approx((rounds - 3 * pred["d_s_ms"]) / pred["t_s_ms"])
     rec = j["recommendation"]
     assert rec["config"] == "d"
-    assert any(e["config"] == "draft-alone" and e["status"] == st.DRAFTER_PROBE for e in rec["excluded"])
+    assert any(e["config"] == "draft-alone" and e["status"] == jd.DRAFTER_PROBE for e in rec["excluded"])
     # without a probe the inventory's d_s is used, and the prediction says so
     plain = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5)}, rounds=2)
-    pred = st.judge(plain, d_s_ms=12.0, n_boot=200)["prediction"][0]
+    pred = jd.judge(plain, d_s_ms=12.0, n_boot=200)["prediction"][0]
     assert pred["d_s_ms"] == 12.0 and pred["d_s_source"].startswith("given (inventory)")

@@ -11,10 +11,12 @@ from typing import Any, Callable
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import build_shapes
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 from testbed.server import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
@@ -135,6 +137,26 @@ def test_vllm_counters_are_read_too():
 def test_parse_spec_counters_is_breakevens():
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven
     assert ep.parse_spec_counters is _breakeven.parse_spec_counters
+
+
+def test_the_speculation_counters_carry_one_set_of_names_in_every_room():
+    """spec_breakeven's step 0, the bench's /metrics deltas and the recorded A/B run the judge reads name the
+    same counters alike (they were renamed between rooms; the watch builds its dict from COUNTER_KEYS)."""
+    names = {*be.COUNTER_KEYS, be.PER_POSITION_KEY}
+    metrics = text("llamacpp_metrics_after.txt")
+    parsed = be.parse_spec_counters(metrics)
+    read = ep.counters_from_metrics(metrics)
+    assert names | {be.EXPORTED_KEY} <= set(parsed) and set(read) == names | {be.EXPORTED_KEY, "engine", "exact"}
+    assert {k: read[k] for k in names} == {k: parsed[k] for k in names}
+    delta = ep.counter_delta(ep.counters_from_metrics(text("llamacpp_metrics_before.txt")), read)
+    assert set(delta) == names
+    # a run written by the old code (recorded before the names were unified) is read under the same names
+    run = json.loads((Path(__file__).parent / "fixtures" / "ab" / "llamacpp_run.json").read_text())
+    recorded = [r["metrics_delta"] for e in run["entries"] for r in e["bench"]["requests"]]
+    assert recorded and all(set(d) == names for d in recorded)
+    by_pos = _judge.acceptance_by_position(recorded)
+    drafts = sum(d["drafts"] for d in recorded)
+    assert by_pos and by_pos[0] == sum(d["accepted_per_pos"][0] for d in recorded if d["accepted_per_pos"]) / drafts
 
 
 def test_llamacpp_totals_past_a_million_are_flagged_inexact():

@@ -12,9 +12,9 @@ import pytest
 from ab_runs import greedy_text, make_run
 
 from ansible_collections.llmfleet.specdec.plugins.filter.fleet import ab_batch, fleet_entries
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _report as rp
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
@@ -40,7 +40,7 @@ def report(host: str, *, prose: float = 1.6, broken: bool = False, shapes=("pros
     run["host"] = host
     if error:
         run["error"] = error
-    judged = st.judge(run, n_boot=200)
+    judged = jd.judge(run, n_boot=200)
     return rp.build_document(run, judged, {})
 
 

@@ -144,7 +144,7 @@ def test_a_position_label_of_a_billion_allocates_nothing() -> None:
 def test_positions_are_bounded_in_the_counters_parser_too() -> None:
     with pytest.raises(BreakevenError, match=r"position -1, outside"):
         parse_spec_counters(METRICS + 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="-1"} 1\n')
-    assert len(parse_spec_counters(METRICS)["accepted_per_position"]) == 3
+    assert len(parse_spec_counters(METRICS)["accepted_per_pos"]) == 3
 
 
 # --------------------------------------------------------------------------- size and time

@@ -7,8 +7,9 @@ from typing import Any
 import ab_runs
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate, _report, _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate, _stats
 from ansible_collections.llmfleet.specdec.plugins.module_utils._load import LoadError, burst_summary, resolve_concurrency
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _report
 
 N = 2
 BURSTS = 3
@@ -83,7 +84,7 @@ def test_judge_marks_configs_that_fail_under_load_and_never_recommends_them() ->
             e["journal"] = ["llama-server[42]: CUDA error: an illegal memory access was encountered",
                             "systemd[1]: llama-server.service: Main process exited, code=dumped, status=11/SEGV",
                             *[f"llama-server[57]: load_tensors: layer {i} assigned to device CPU" for i in range(20)]]
-    j = _stats.judge(run, n_boot=200)
+    j = _judge.judge(run, n_boot=200)
     status = {n: c["status"] for n, c in j["configs"].items()}
     assert status == {"baseline": "BASELINE", "good": "OK", "cut": "INVALID", "dies": "FAILED"}
     assert "is truncated" in j["configs"]["cut"]["problems"][0]
@@ -97,14 +98,14 @@ def test_judge_marks_configs_that_fail_under_load_and_never_recommends_them() ->
     # alone, every one of them would have been a winner: the gate is what excludes them
     for e in run["entries"]:
         e["bench"].pop("load")
-    alone = _stats.judge(run, n_boot=200)
+    alone = _judge.judge(run, n_boot=200)
     assert {e["config"] for e in alone["recommendation"]["excluded"]} == set()
     assert {n: c["status"] for n, c in alone["configs"].items()}["cut"] == "OK"
 
 
 def test_load_numbers_have_intervals_and_verdicts_against_the_baseline_under_load() -> None:
     run = run_with_load({"fast": {"speed": 2.0}, "same": {}})
-    j = _stats.judge(run, n_boot=300)
+    j = _judge.judge(run, n_boot=300)
     fast = j["load"]["fast"]["prose"]
     assert fast["aggregate"]["speedup"] == pytest.approx(2.0)
     assert fast["aggregate"]["verdict"] == _stats.WIN and fast["stream"]["verdict"] == _stats.WIN
@@ -116,7 +117,7 @@ def test_load_numbers_have_intervals_and_verdicts_against_the_baseline_under_loa
 
 def test_report_shows_the_gate_and_the_load_tables() -> None:
     run = run_with_load({"good": {}, "cut": {"text": lambda s, b, i, ref: ref[:10] if i == 1 else ref}})
-    j = _stats.judge(run, n_boot=200)
+    j = _judge.judge(run, n_boot=200)
     text = _report.markdown(_report.build_document(run, j))
     assert "## Under concurrent load" in text
     assert "**cut: INVALID under load**" in text
@@ -126,7 +127,7 @@ def test_report_shows_the_gate_and_the_load_tables() -> None:
 
 def test_a_run_without_load_has_no_load_section() -> None:
     run = ab_runs.make_run({"baseline": {}, "x": {"speedup": 1.2, "chain": ["draft-simple"], "draft": (4, 3)}}, rounds=2)
-    j = _stats.judge(copy.deepcopy(run), n_boot=200)
+    j = _judge.judge(copy.deepcopy(run), n_boot=200)
     assert j["load"] is None and j["configs"]["x"]["load_gate"]["status"] == _loadgate.NOT_MEASURED
     assert "Under concurrent load" not in _report.markdown(_report.build_document(run, j))
 
@@ -154,8 +155,8 @@ def test_load_verdicts_replicate_over_rounds_like_the_single_stream_ones() -> No
     load data calls no verdict, however many bursts it has (the request bootstrap would call one)."""
     run = run_with_load({"fast": {"speed": 2.0}})
     run["entries"] = [e for e in run["entries"] if e["round"] == run["entries"][0]["round"]]
-    j = _stats.judge(run, n_boot=300)
+    j = _judge.judge(run, n_boot=300)
     fast = j["load"]["fast"]["prose"]["aggregate"]
     assert fast["verdict"] == _stats.TOO_FEW_ROUNDS and fast["n_rounds"] == 1
-    old = _stats.judge(run, n_boot=300, method="request-bootstrap")
+    old = _judge.judge(run, n_boot=300, method="request-bootstrap")
     assert old["load"]["fast"]["prose"]["aggregate"]["verdict"] == _stats.WIN

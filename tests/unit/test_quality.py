@@ -7,8 +7,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.filter.promote import promote_env, promotion_record
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _report as rp
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
 DRAFT = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/draft.gguf"}
 Q4 = {"LLAMA_ARG_MODEL": "/m/target-q4_0.gguf"}
@@ -85,9 +86,9 @@ def kv_run(text=altered, **extra):
 
 
 def test_lossy_config_gets_speed_verdicts_and_quality_not_invalid():
-    j = st.judge(kv_run())
+    j = jd.judge(kv_run())
     c = j["configs"]["kv-q8_0"]
-    assert c["status"] == st.OK and c["role"] == "knob"
+    assert c["status"] == jd.OK and c["role"] == "knob"
     assert c["lossless"] == q.LOSSY_LABEL
     assert c["judging"]["judging"] == q.LOSSY and c["judging"]["reference"] == "baseline"
     for shape in ("prose", "echo"):
@@ -107,16 +108,16 @@ def test_lossy_config_gets_speed_verdicts_and_quality_not_invalid():
 
 
 def test_identical_lossy_config_shows_full_agreement():
-    c = st.judge(kv_run(text=None))["configs"]["kv-q8_0"]
-    assert c["status"] == st.OK and c["quality"]["overall"]["identical_share"] == 1.0
+    c = jd.judge(kv_run(text=None))["configs"]["kv-q8_0"]
+    assert c["status"] == jd.OK and c["quality"]["overall"]["identical_share"] == 1.0
     assert c["quality"]["overall"]["token_agreement"] == 1.0
     assert c["quality"]["overall"]["first_difference_chars"] is None
 
 
 def test_speculative_config_is_still_invalid_on_any_difference():
     run = make_run({"baseline": {}, "draft": {**SPEC, "server_config": DRAFT, "text": altered}})
-    c = st.judge(run)["configs"]["draft"]
-    assert c["status"] == st.INVALID and c["lossless"] is False
+    c = jd.judge(run)["configs"]["draft"]
+    assert c["status"] == jd.INVALID and c["lossless"] is False
     assert c["judging"]["judging"] == q.LOSSLESS and c["quality"] is None
 
 
@@ -129,10 +130,10 @@ def mixed_run(mixed_text):
 
 
 def test_mixed_config_is_lossless_against_the_same_numerics_without_speculation():
-    j = st.judge(mixed_run(altered))
+    j = jd.judge(mixed_run(altered))
     c = j["configs"]["q4+draft"]
     assert c["judging"]["judging"] == q.LOSSLESS and c["judging"]["reference"] == "q4"
-    assert c["status"] == st.OK and c["lossless"] is True
+    assert c["status"] == jd.OK and c["lossless"] is True
     # quality against the baseline beside it: the numerics still differ from production's
     assert c["quality"]["overall"]["identical"] == 1
     assert j["configs"]["q4"]["judging"]["judging"] == q.LOSSY
@@ -143,22 +144,22 @@ def test_mixed_config_is_lossless_against_the_same_numerics_without_speculation(
 
 def test_mixed_config_differing_from_its_reference_is_invalid():
     # the same text as the baseline is wrong here: its reference (the quantized model alone) differs
-    c = st.judge(mixed_run(None))["configs"]["q4+draft"]
-    assert c["status"] == st.INVALID and c["lossless"] is False
+    c = jd.judge(mixed_run(None))["configs"]["q4+draft"]
+    assert c["status"] == jd.INVALID and c["lossless"] is False
 
 
 def test_mixed_config_without_a_reference_is_lossy_and_says_its_speculation_is_unverified():
     run = make_run({"baseline": {}, "q4+draft": {**SPEC, "server_config": {**Q4, **DRAFT}, "text": altered}},
                    shapes=("prose",))
-    j = st.judge(run)
+    j = jd.judge(run)
     c = j["configs"]["q4+draft"]
-    assert c["judging"]["judging"] == q.LOSSY and c["status"] == st.OK
+    assert c["judging"]["judging"] == q.LOSSY and c["status"] == jd.OK
     assert any("speculation is unverified" in w for w in j["warnings"])
 
 
 def test_report_shows_quality_table_and_warning():
     run = kv_run()
-    doc = rp.build_document(run, st.judge(run))
+    doc = rp.build_document(run, jd.judge(run))
     md = rp.markdown(doc)
     assert "| kv-q8_0 | prose | 2 | 1 (50.0 %) | 10.0 |" in md
     assert "Speed bought with quality is the operator's decision" in md
@@ -169,7 +170,7 @@ def test_report_shows_quality_table_and_warning():
 
 def test_promoting_a_lossy_winner_needs_the_acknowledgement_and_records_the_quality():
     run = kv_run()
-    doc = rp.build_document(run, st.judge(run))
+    doc = rp.build_document(run, jd.judge(run))
     with pytest.raises(AnsibleFilterError, match="specdec_promote_accept_lossy=true"):
         promotion_record(doc, "kv-q8_0")
     with pytest.raises(AnsibleFilterError, match="lossy by design"):
@@ -184,7 +185,7 @@ def test_promoting_a_lossy_winner_needs_the_acknowledgement_and_records_the_qual
 
 def test_promoting_a_lossless_winner_is_unchanged():
     run = make_run({"baseline": {}, "draft": {**SPEC, "server_config": DRAFT, "speedup": 1.4}})
-    doc = rp.build_document(run, st.judge(run))
+    doc = rp.build_document(run, jd.judge(run))
     record = promotion_record(doc, "draft")
     assert "judging" not in record
 
@@ -264,10 +265,10 @@ def test_summary_lines_and_report_configs_carry_the_judging():
     from ansible_collections.llmfleet.specdec.plugins.filter.ab import ab_report_configs
 
     run = kv_run()
-    lines = rp.summary_lines(rp.build_document(run, st.judge(run)))
+    lines = rp.summary_lines(rp.build_document(run, jd.judge(run)))
     assert ("quality of kv-q8_0 against the baseline (lossy by design: the operator's decision): identical on 2 of 4 "
             "prompts, first difference at char 10.0") in "\n".join(lines)
-    lines = rp.summary_lines(rp.build_document(mixed_run(altered), st.judge(mixed_run(altered))))
+    lines = rp.summary_lines(rp.build_document(mixed_run(altered), jd.judge(mixed_run(altered))))
     assert "q4+draft: lossless against q4 (the same numerics without its speculation)" in lines
     out = ab_report_configs([{"name": "kv", "env": KV, "lossless": False}, {"name": "d", "env": DRAFT}], {})
     assert out[0]["lossless"] is False and "lossless" not in out[1]

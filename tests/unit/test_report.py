@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from ab_runs import greedy_text, make_run
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _report as rp
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
@@ -47,7 +48,7 @@ def full_run(mix=None):
 @pytest.fixture(scope="module")
 def document():
     run = full_run(mix={"prose": 0.6, "echo": 0.3, "identity": 0.1})
-    judged = st.judge(run, d_s_ms=4.0, n_boot=400)
+    judged = jd.judge(run, d_s_ms=4.0, n_boot=400)
     return rp.build_document(run, judged, {"llama_cpp": {"version": "b9999"}})
 
 
@@ -92,7 +93,7 @@ def test_unsafe_names_are_refused(bad):
     run = full_run()
     run["host"] = bad
     with pytest.raises(st.ReportInputError, match="results folder"):
-        rp.build_document(run, st.judge(run, n_boot=100))
+        rp.build_document(run, jd.judge(run, n_boot=100))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ def test_markdown_has_a_table_per_shape_and_every_status(document):
 
 def test_markdown_without_a_mix_says_how_to_get_a_recommendation():
     run = full_run()
-    md = rp.markdown(rp.build_document(run, st.judge(run, n_boot=200)))
+    md = rp.markdown(rp.build_document(run, jd.judge(run, n_boot=200)))
     assert "No traffic mix declared: the per-shape tables are the answer" in md
     assert "**Recommended" not in md
 
@@ -195,7 +196,7 @@ def test_plots_are_valid_pngs_of_sensible_size(document):
 
 def test_no_acceptance_plot_without_per_position_counters():
     run = make_run({"baseline": {}, "d": {"chain": ["draft-simple"], "draft": (10, 5), "speedup": 1.2}})
-    doc = rp.build_document(run, st.judge(run, n_boot=100))
+    doc = rp.build_document(run, jd.judge(run, n_boot=100))
     files, notes = _plots.render(doc)
     assert set(files) == {"tok_s_per_shape.png"}
     assert "no per-position acceptance counters" in notes[0]
@@ -364,7 +365,7 @@ def test_a_run_that_measured_nothing_still_renders_a_report():
                        {"name": "d", "chain": ["draft-simple"], "server_config": {}}],
            "entries": [{"config": "d", "round": 0, "order": 0, "server_config": {}, "bench": None,
                         "error": "llama-server never became healthy in 120 s"}]}
-    doc = rp.build_document(run, st.judge(run, n_boot=100))
+    doc = rp.build_document(run, jd.judge(run, n_boot=100))
     assert {c["status"] for c in doc["judged"]["configs"].values()} == {"FAILED"}
     md = rp.markdown(doc)
     assert "> **The run stopped early:** candidate never healthy" in md

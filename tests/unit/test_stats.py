@@ -10,8 +10,11 @@ import pytest
 from ab_runs import BASE_RATE, greedy_text, make_run, request
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -148,27 +151,27 @@ def test_acceptance_and_mean_accepted_length_from_metrics_and_from_requests():
     with_metrics = [request("prose", 0, 0, 40.0, draft_n=30, accepted=20,
                             metrics={"drafts": 10, "draft_tokens": 30, "accepted_tokens": 20,
                                      "accepted_per_pos": [9, 7, 4]})] * 2
-    assert st.acceptance(with_metrics) == pytest.approx(20 / 30)
-    value, source = st.mean_accepted_length(with_metrics)
+    assert jd.acceptance(with_metrics) == pytest.approx(20 / 30)
+    value, source = jd.mean_accepted_length(with_metrics)
     assert value == pytest.approx(3.0) and source.startswith("metrics")
     without = [request("prose", 0, 0, 40.0, draft_n=30, accepted=20, predicted_n=64)]
-    value, source = st.mean_accepted_length(without)
+    value, source = jd.mean_accepted_length(without)
     assert value == pytest.approx(64 / 44) and source.startswith("requests")
-    assert st.acceptance([request("prose", 0, 0, 40.0)]) is None
-    assert st.acceptance_by_position(r["metrics_delta"] for r in with_metrics) == pytest.approx([0.9, 0.7, 0.4])
-    assert st.acceptance_by_position([None, {"drafts": 0, "accepted_per_pos": []}]) == []
+    assert jd.acceptance([request("prose", 0, 0, 40.0)]) is None
+    assert jd.acceptance_by_position(r["metrics_delta"] for r in with_metrics) == pytest.approx([0.9, 0.7, 0.4])
+    assert jd.acceptance_by_position([None, {"drafts": 0, "accepted_per_pos": []}]) == []
 
 
 def test_first_divergence():
-    assert st.first_divergence("same text", "same text") is None
-    d = st.first_divergence("The cat sat on the mat.", "The cat sat in the mat.")
+    assert q.first_divergence("same text", "same text") is None
+    d = q.first_divergence("The cat sat on the mat.", "The cat sat in the mat.")
     assert d["position"] == 12
     assert d["baseline"].endswith("on the mat.") and d["candidate"].endswith("in the mat.")
-    d = st.first_divergence("abcdef", "abc")  # a truncated answer diverges where it stops
+    d = q.first_divergence("abcdef", "abc")  # a truncated answer diverges where it stops
     assert d["position"] == 3 and d["candidate_len"] == 3
     long_a = "x" * 100 + "A" + "y" * 100
     long_b = "x" * 100 + "B" + "y" * 100
-    d = st.first_divergence(long_a, long_b, context=10)
+    d = q.first_divergence(long_a, long_b, context=10)
     assert d["position"] == 100 and d["context_start"] == 90
     assert d["baseline"] == "x" * 10 + "A" + "y" * 9
 
@@ -176,9 +179,9 @@ def test_first_divergence():
 def test_solve_p_inverts_expected_accepted():
     for k in (1, 3, 7):
         for p in (0.1, 0.45, 0.8):
-            assert st.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
-    assert st.solve_p(1.0, 3) == 0.0
-    assert st.solve_p(9.0, 3) == 1.0
+            assert jd.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
+    assert jd.solve_p(1.0, 3) == 0.0
+    assert jd.solve_p(9.0, 3) == 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +189,7 @@ def test_solve_p_inverts_expected_accepted():
 
 
 def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
-    j = st.judge(make_run({"baseline": {}, "draft-n3": drafter(speedup=2.0)}), n_boot=300)
+    j = jd.judge(make_run({"baseline": {}, "draft-n3": drafter(speedup=2.0)}), n_boot=300)
     c = j["configs"]["draft-n3"]
     assert c["status"] == "OK" and c["lossless"] is True and c["engaged"] is True
     for shape in ("prose", "echo", "structured", "identity"):
@@ -206,7 +209,7 @@ def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
 
 
 def test_per_shape_verdicts_differ_by_shape():
-    j = st.judge(make_run({"baseline": {}, "d": drafter(speedup={"prose": 1.5, "echo": 1.0, "identity": 0.7,
+    j = jd.judge(make_run({"baseline": {}, "d": drafter(speedup={"prose": 1.5, "echo": 1.0, "identity": 0.7,
                                                                  "structured": 1.0})}), n_boot=300)
     verdicts = {s: r["verdict"] for s, r in j["configs"]["d"]["shapes"].items()}
     assert verdicts == {"prose": "win", "echo": "no difference", "structured": "no difference", "identity": "loss"}
@@ -219,7 +222,7 @@ def test_diverging_text_is_invalid_with_the_first_position():
             return good[:17] + "#" + good[18:]
         return None
 
-    j = st.judge(make_run({"baseline": {}, "fast-but-wrong": drafter(speedup=3.0, text=text)}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "fast-but-wrong": drafter(speedup=3.0, text=text)}), n_boot=200)
     c = j["configs"]["fast-but-wrong"]
     assert c["status"] == "INVALID"
     assert c["lossless"] is False
@@ -235,14 +238,14 @@ def test_diverging_text_is_invalid_with_the_first_position():
 
 
 def test_empty_answers_make_the_comparison_vacuous():
-    j = st.judge(make_run({"baseline": {}, "mute": drafter(text=lambda *a: "")}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "mute": drafter(text=lambda *a: "")}), n_boot=200)
     c = j["configs"]["mute"]
     assert c["lossless"] == "vacuous"
     assert c["status"] != "INVALID"
     assert c["texts_compared"] == 0 and c["texts_vacuous"] == 48
     assert any("vacuous" in w and "mute" in w for w in j["warnings"])
     # some empty answers only: the rest is compared, the empty ones are counted as vacuous
-    j = st.judge(make_run({"baseline": {}, "some": drafter(text=lambda s, p, r, rep: "" if s == "prose" else None)}),
+    j = jd.judge(make_run({"baseline": {}, "some": drafter(text=lambda s, p, r, rep: "" if s == "prose" else None)}),
                  n_boot=200)
     c = j["configs"]["some"]
     assert c["lossless"] is True and c["texts_vacuous"] == 12
@@ -252,14 +255,14 @@ def test_empty_answers_make_the_comparison_vacuous():
 
 def test_empty_baseline_answers_are_vacuous_too():
     run = make_run({"baseline": {"text": lambda s, p, r, rep: "" if s == "identity" else None}, "d": drafter()})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert j["configs"]["d"]["shapes"]["identity"]["lossless"] == "vacuous"
 
 
 def test_chain_without_drafts_is_not_engaged_and_empty_chain_is_the_negative_control():
     run = make_run({"baseline": {}, "flags-only": {"chain": ["draft-simple"], "speedup": 1.0},
                     "control": {"chain": []}})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     off = j["configs"]["flags-only"]
     assert off["status"] == "NOT ENGAGED" and off["engaged"] is False
     assert {r["verdict"] for r in off["shapes"].values()} == {"not engaged"}
@@ -270,7 +273,7 @@ def test_chain_without_drafts_is_not_engaged_and_empty_chain_is_the_negative_con
 
 
 def test_negative_control_that_moves_is_called_out():
-    j = st.judge(make_run({"baseline": {}, "control": {"speedup": 1.3}}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "control": {"speedup": 1.3}}), n_boot=200)
     assert j["configs"]["control"]["status"] == "NEGATIVE CONTROL"
     assert any("negative control 'control' differs" in w for w in j["warnings"])
 
@@ -282,7 +285,7 @@ def test_ngram_must_draft_on_echo_only_and_a_drafter_everywhere():
         "ngram-dead": {"chain": ["ngram-mod"], "draft": {"prose": (5, 1)}},
         "drafter-gap": drafter(draft={"prose": (30, 20), "echo": (30, 20), "structured": (30, 20)}),
     })
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     ngram = j["configs"]["ngram"]
     assert ngram["status"] == "OK"
     assert ngram["shapes"]["prose"]["engaged"] is False and ngram["shapes"]["prose"]["verdict"] == "no difference"
@@ -296,7 +299,7 @@ def test_ngram_must_draft_on_echo_only_and_a_drafter_everywhere():
 
 
 def test_drafts_with_an_empty_chain_make_a_config_speculative():
-    j = st.judge(make_run({"baseline": {}, "hidden-head": {"chain": [], "draft": (10, 5), "speedup": 1.2}}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "hidden-head": {"chain": [], "draft": (10, 5), "speedup": 1.2}}), n_boot=200)
     c = j["configs"]["hidden-head"]
     assert c["speculative"] is True and c["status"] == "OK"
     assert "chain is empty" in c["problems"][0]
@@ -309,7 +312,7 @@ def test_failed_and_partial_entries_are_kept_and_never_win():
         "crashed": drafter(speedup=2.0, partial_rounds={1}),
         "one-round-down": drafter(speedup=2.0, fail_rounds={2}),
     }, mix={"prose": 1.0})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     dead = j["configs"]["never-healthy"]
     assert dead["status"] == "FAILED"
     assert dead["entries_failed"] == 3 and dead["entries_ok"] == 0
@@ -334,7 +337,7 @@ def test_a_run_stopped_before_a_config_reports_it_failed_and_missing_rounds_inco
     run["entries"] = [e for e in run["entries"] if not (e["round"] == 2 and e["config"] == "a")]
     run["configs"].append({"name": "c", "chain": ["draft-simple"], "server_config": {}})
     run["error"] = "controller interrupted"
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert j["configs"]["a"]["status"] == "INCOMPLETE"
     assert "no entry for round(s) 2" in j["configs"]["a"]["problems"][0]
     assert j["configs"]["b"]["status"] == "OK"
@@ -345,7 +348,7 @@ def test_a_run_stopped_before_a_config_reports_it_failed_and_missing_rounds_inco
 
 def test_a_failed_baseline_judges_nothing():
     run = make_run({"baseline": {"fail_rounds": {0, 1, 2}}, "d": drafter(speedup=2.0)}, mix={"prose": 1})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert j["configs"]["baseline"]["status"] == "FAILED"
     assert {r["verdict"] for r in j["configs"]["d"]["shapes"].values()} == {"no baseline"}
     assert j["configs"]["d"]["lossless"] == "vacuous"
@@ -355,7 +358,7 @@ def test_a_failed_baseline_judges_nothing():
 
 def test_an_incomplete_baseline_withholds_the_recommendation():
     run = make_run({"baseline": {"partial_rounds": {0}}, "d": drafter(speedup=2.0)}, mix={"prose": 1})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert j["configs"]["baseline"]["status"] == "BASELINE"
     assert j["recommendation"]["config"] is None
     assert "partial baseline" in j["recommendation"]["reason"]
@@ -365,26 +368,26 @@ def test_an_incomplete_baseline_withholds_the_recommendation():
 def test_a_nondeterministic_baseline_is_called_out():
     run = make_run({"baseline": {"text": lambda s, p, r, rep: "drift" if (s, p, r) == ("prose", 0, 1) else None},
                     "d": drafter()})
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert any("not deterministic on prose prompt 0" in w for w in j["warnings"])
 
 
 def test_one_round_gives_no_verdict_however_many_requests():
     # one round is one server start per config: nothing measures the start-to-start spread
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=1, prompts=4, repeats=3)
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     row = j["configs"]["d"]["shapes"]["prose"]
     assert row["n_requests"] == 12 and row["n"] == "1x12"
     assert row["verdict"] == "too few rounds to call"
     assert row["ci_low"] is None and row["speedup"] == pytest.approx(2.0)
     # the old request-level bootstrap called it from that one start
-    old = st.judge(run, n_boot=200, method="request-bootstrap")["configs"]["d"]["shapes"]["prose"]
+    old = jd.judge(run, n_boot=200, method="request-bootstrap")["configs"]["d"]["shapes"]["prose"]
     assert old["verdict"] == "win"
 
 
 def test_one_request_per_round_gives_no_verdict():
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=4, prompts=1, repeats=1)
-    row = st.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
+    row = jd.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
     assert row["n"] == "4x1" and row["verdict"] == "too few requests to call"
 
 
@@ -398,7 +401,7 @@ def test_mix_recommendation_excludes_invalid_and_picks_the_fastest_winner():
         "flags-only": {"chain": ["draft-simple"], "speedup": 5.0},
         "control": {"speedup": 1.0},
     }, mix={"prose": 3, "echo": 1})
-    j = st.judge(run, n_boot=300)
+    j = jd.judge(run, n_boot=300)
     rec = j["recommendation"]
     assert rec["mix"] == {"prose": 0.75, "echo": 0.25}
     assert rec["config"] == "ok-fast" and rec["keep_baseline"] is False
@@ -412,17 +415,17 @@ def test_mix_recommendation_excludes_invalid_and_picks_the_fastest_winner():
 
 def test_mix_with_only_losers_keeps_the_baseline_and_unknown_shapes_give_none():
     run = make_run({"baseline": {}, "slow": drafter(speedup=0.8)}, mix={"prose": 1})
-    rec = st.judge(run, n_boot=200)["recommendation"]
+    rec = jd.judge(run, n_boot=200)["recommendation"]
     assert rec["keep_baseline"] is True and rec["config"] == "baseline"
     assert rec["candidates"][0]["verdict"] == "loss"
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, mix={"chat": 1})
-    rec = st.judge(run, n_boot=200)["recommendation"]
+    rec = jd.judge(run, n_boot=200)["recommendation"]
     assert rec["config"] is None and "chat" in rec["reason"]
 
 
 def test_prediction_with_a_given_d_s_uses_the_breakeven_arithmetic():
     run = make_run({"baseline": {}, "d": drafter(speedup=1.5)})
-    j = st.judge(run, d_s_ms=3.0, n_boot=200)
+    j = jd.judge(run, d_s_ms=3.0, n_boot=200)
     rows = {p["shape"]: p for p in j["prediction"]}
     p = rows["prose"]
     assert p["k"] == 3 and p["k_source"].startswith("given")
@@ -437,7 +440,7 @@ def test_prediction_with_a_given_d_s_uses_the_breakeven_arithmetic():
 
 def test_prediction_without_d_s_reports_the_d_s_the_measurement_implies():
     run = make_run({"baseline": {}, "d": drafter(speedup=1.5)})
-    j = st.judge(run, d_s_ms={"other": 5.0}, n_boot=200)
+    j = jd.judge(run, d_s_ms={"other": 5.0}, n_boot=200)
     p = next(r for r in j["prediction"] if r["shape"] == "prose")
     assert p["predicted_tok_s"] is None
     assert be.rate(p["p"], p["k"], p["implied_d_s_ms"], p["t_s_ms"]) == pytest.approx(p["measured_tok_s"])
@@ -447,17 +450,17 @@ def test_prediction_k_comes_from_the_server_config_then_the_counters():
     spec = drafter(speedup=1.2)
     del spec["k"]
     spec["server_config"] = {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "5"}
-    j = st.judge(make_run({"baseline": {}, "d": spec}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "d": spec}), n_boot=200)
     assert j["prediction"][0]["k"] == 5 and "LLAMA_ARG_SPEC_DRAFT_N_MAX" in j["prediction"][0]["k_source"]
     spec = drafter(speedup=1.2)
     del spec["k"]
-    j = st.judge(make_run({"baseline": {}, "d": spec}), n_boot=200)
+    j = jd.judge(make_run({"baseline": {}, "d": spec}), n_boot=200)
     assert j["prediction"][0]["k"] == 3 and j["prediction"][0]["k_source"].startswith("measured")
 
 
 def test_judge_is_deterministic():
     run = make_run({"baseline": {"noise": 0.05}, "d": drafter(speedup=1.3, noise=0.05)}, mix={"prose": 1})
-    assert st.judge(run, n_boot=300) == st.judge(copy.deepcopy(run), n_boot=300)
+    assert jd.judge(run, n_boot=300) == jd.judge(copy.deepcopy(run), n_boot=300)
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
@@ -475,13 +478,13 @@ def test_malformed_runs_are_refused_naming_the_field(mutate, message):
     run = make_run({"baseline": {}, "d": drafter()}, rounds=1)
     mutate(run)
     with pytest.raises(st.ReportInputError, match=message):
-        st.judge(run, n_boot=100)
+        jd.judge(run, n_boot=100)
 
 
 def test_configs_may_be_left_to_the_entries():
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)})
     del run["configs"]
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     assert j["order"] == ["baseline", "d"]
     assert j["configs"]["d"]["chain"] is None
     assert j["configs"]["d"]["status"] == "OK"  # it drafted, so it speculates
@@ -496,7 +499,7 @@ def test_vllm_requests_count_drafts_from_their_metrics_delta():
             r["rate_source"] = "usage.completion_tokens / wall_s (includes prefill)"
             if e["config"] == "eagle":
                 r["metrics_delta"].update(draft_tokens=30, accepted_tokens=20)
-    j = st.judge(run, n_boot=200)
+    j = jd.judge(run, n_boot=200)
     c = j["configs"]["eagle"]
     assert c["status"] == "OK" and c["engaged"] is True
     assert c["shapes"]["prose"]["acceptance"] == pytest.approx(20 / 30)
@@ -507,7 +510,7 @@ def test_vllm_requests_count_drafts_from_their_metrics_delta():
 
 def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
     run = json.loads((Path(__file__).parent / "fixtures" / "ab" / "llamacpp_run.json").read_text())
-    j = st.judge(run, n_boot=300)
+    j = jd.judge(run, n_boot=300)
     assert j["shapes"] == ["prose", "echo", "structured", "identity"] and j["rounds"] == [0, 1]
     assert {n: c["status"] for n, c in j["configs"].items()} == {
         "baseline": "BASELINE", "draft-n3": "OK", "draft-low-n7": "OK", "ngram-mod": "OK"}
@@ -542,15 +545,28 @@ def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
 def test_texts_are_compared_prompt_by_prompt_across_rounds() -> None:
     """Rounds may send different prompts under the same index (the A/B role seeds each round): a
     candidate's round-1 text is compared with the baseline's round-1 answer to that same prompt."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 
     def req(rnd: int, text: str) -> dict:
         return {"shape": "echo", "prompt_index": 0, "repeat": 0, "round": rnd, "text": text,
                 "prompt_sha256": f"prompt-of-round-{rnd}"}
 
-    ref, warnings = _stats._reference_texts([req(0, "alpha"), req(1, "beta")])
+    ref, warnings = _quality._reference_texts([req(0, "alpha"), req(1, "beta")])
     assert warnings == []  # two prompts, not a non-deterministic baseline
-    same = _stats._compare_texts([req(0, "alpha"), req(1, "beta")], ref)
+    same = _judge._compare_texts([req(0, "alpha"), req(1, "beta")], ref)
     assert same["lossless"] is True and same["differ"] == 0
-    wrong = _stats._compare_texts([req(1, "alpha")], ref)
+    wrong = _judge._compare_texts([req(1, "alpha")], ref)
     assert wrong["lossless"] is False and wrong["first_divergence"]["round"] == 1
+
+
+def test_judged_shapes_follow_the_one_shape_order_then_an_operators_own():
+    """Shape names have one home (_shapes.SHAPES): the judge lists the built-in shapes in that order whatever
+    order the bench recorded them in, and an operator's own shape after them."""
+    run = make_run({"baseline": {}, "draft": {"speedup": 1.2}}, rounds=2, shapes=tuple(reversed(SHAPES)))
+    for entry in run["entries"]:  # an operator's shape, recorded first, in place of identity
+        bench = entry["bench"]
+        bench["shapes"] = {("tickets" if s == "identity" else s): v for s, v in (bench.get("shapes") or {}).items()}
+        for r in bench["requests"]:
+            r["shape"] = "tickets" if r["shape"] == "identity" else r["shape"]
+    assert jd.judge(run)["shapes"] == [*SHAPES[:-1], "tickets"]

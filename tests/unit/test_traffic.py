@@ -106,7 +106,7 @@ def test_overlap_says_whether_ngram_can_help() -> None:
 def test_the_report_says_per_shape_whether_ngram_can_help(monkeypatch: pytest.MonkeyPatch) -> None:
     import ab_runs
 
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _report, _stats
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _report
 
     monkeypatch.setitem(ab_runs.BASE_RATE, "support", 40.0)
     run = ab_runs.make_run({"baseline": {}, "x": {"speedup": 1.1, "chain": ["ngram-mod"]}}, rounds=1,
@@ -119,7 +119,7 @@ def test_the_report_says_per_shape_whether_ngram_can_help(monkeypatch: pytest.Mo
         e["bench"]["shapes"]["support"]["ngram"] = {"answers_checked": 4, "prompt_output_overlap_chars": 9,
                                                     "output_repeated_chars": 12, "ngram_threshold_chars": 16,
                                                     "ngram_can_help": False}
-    text = _report.markdown(_report.build_document(run, _stats.judge(run, n_boot=200)))
+    text = _report.markdown(_report.build_document(run, _judge.judge(run, n_boot=200)))
     assert "## Can n-gram drafting help?" in text
     assert "| echo | built-in | 4 | 900 | 40 | yes |" in text
     assert "| support | files/support.jsonl | 4 | 9 | 12 | no |" in text

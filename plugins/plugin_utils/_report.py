@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Private to the collection: the A/B result document (versioned JSON), its Markdown report and its history line.
+# Private to the collection, controller only: the A/B result document (versioned JSON), its Markdown report and its history line.
 """Pure rendering of a judged A/B run: no I/O, no plotting.
 
 :func:`build_document` makes the versioned JSON document (``llmfleet.specdec/ab-report/1``) that holds
@@ -19,6 +19,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality, 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 
 SCHEMA = "llmfleet.specdec/ab-report/1"
 HISTORY_SCHEMA = "llmfleet.specdec/ab-history/1"
@@ -54,7 +55,7 @@ def run_id_for(run: Mapping[str, Any]) -> str:
 
 def build_document(run: Any, judged: Mapping[str, Any], environment: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The versioned result document: configs, environment, every raw request and every verdict."""
-    checked = _stats.check_run(run)
+    checked = _judge.check_run(run)
     host = safe_name(checked.get("host"), "run.host")
     verdicts = []
     for name in judged["order"]:
@@ -208,10 +209,10 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
     for name in j["order"]:
         c = j["configs"][name]
         gate = c.get("load_gate") or {}
-        if c["status"] in (_stats.INVALID, _stats.FAILED) and gate.get("problem") and c["problems"][:1] == [gate["problem"]]:
+        if c["status"] in (_judge.INVALID, _judge.FAILED) and gate.get("problem") and c["problems"][:1] == [gate["problem"]]:
             out.append(f"- **{name}: {c['status']} under load**, never a winner: {gate['problem']}.")
             rest = c["problems"][1:]
-        elif c["status"] == _stats.INVALID:
+        elif c["status"] == _judge.INVALID:
             d = c["first_divergence"]
             out.append(f"- **{name}: INVALID**, a correctness bug, never a winner: its text differs from the "
                        f"baseline's on {d['shape']} prompt {d['prompt_index']} (round {d['round']}, repeat "
@@ -221,18 +222,18 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
             out.append(f"  - (context from character {d['context_start']}; lengths {d['baseline_len']} and "
                        f"{d['candidate_len']})")
             rest = c["problems"][1:]
-        elif c["status"] == _stats.NOT_ENGAGED:
+        elif c["status"] == _judge.NOT_ENGAGED:
             out.append(f"- **{name}: NOT ENGAGED**: {c['problems'][0]}.")
             rest = c["problems"][1:]
-        elif c["status"] in (_stats.FAILED, _stats.INCOMPLETE):
-            note = "no measurement at all" if c["status"] == _stats.FAILED else "partial: never a winner"
+        elif c["status"] in (_judge.FAILED, _judge.INCOMPLETE):
+            note = "no measurement at all" if c["status"] == _judge.FAILED else "partial: never a winner"
             out.append(f"- **{name}: {c['status']}** ({note}).")
             rest = c["problems"]
-        elif c["status"] == _stats.DRAFTER_PROBE:
+        elif c["status"] == _judge.DRAFTER_PROBE:
             out.append(f"- {name}: DRAFTER PROBE: serves the draft model of {', '.join(c['probe_for'])} alone; "
                        f"its rate gives the drafter's step d_s for the prediction (never compared or recommended).")
             rest = c["problems"]
-        elif c["status"] == _stats.NEGATIVE_CONTROL:
+        elif c["status"] == _judge.NEGATIVE_CONTROL:
             out.append(f"- {name}: NEGATIVE CONTROL (no chain, no drafts): it should show no difference "
                        f"from the baseline.")
             rest = c["problems"]
