@@ -26,6 +26,7 @@ events in llama-server, which decides between the three kinds of finding:
 Findings: ``errors`` (refuses to start or aborts), ``silent_off`` (serves, but speculation or part
 of the chain is off), ``warnings`` (legal, measured to lose or to cost). Each is
 ``{"code", "reason", "fix"}``. ``effective_chain`` is what runs, in llama.cpp's internal order.
+
 This room holds the stages (parse, types, draft model and context, implementations, synthetic
 acceptance, cost) and the findings they produce. llama.cpp's own facts (pinned tree, spec types,
 defaults, build gates) live in ``_llamacpp``; the entry points that run the stages in order and

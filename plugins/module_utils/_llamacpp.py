@@ -31,7 +31,10 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab i
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_facts
 
-__all__ = ["VOCAB_TYPES", "are_compatible", "compare_vocabs", "compat_report", "first_token_mismatch", "vocab_params"]
+__all__ = ["ARG", "CONTEXT_BACKED", "DEFAULTS", "DFLASH_DEFAULT_BLOCK_SIZE", "DRAFTLESS", "INTERNAL_ORDER",
+           "MTP_GRAPH_ARCHS", "MTP_RENAME_BUILD", "NEEDS_RS_SEQ", "NGRAM_MOD_MIN_MATCH", "PINNED", "RS_ROLLBACK_ARCHS",
+           "SOURCE_TREE", "SPC", "SPEC_TYPES", "SRV", "VOCAB_TYPES", "are_compatible", "compare_vocabs",
+           "compat_report", "first_token_mismatch", "parse_build", "spec_type_vocabulary", "vocab_params"]
 
 # The pinned tree records no build number (its --version prints the local git count); the field
 # notes call that era b10133+, so a build given as None is treated as that.
