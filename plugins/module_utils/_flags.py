@@ -9,8 +9,8 @@ project pins (the llama-cpp-python 0.3.36 sdist, ``vendor/llama.cpp`` at ggml-or
 a 2026-10 tree; no build number is recorded in it, the field notes call that era "b10133+"):
 every ``add_opt(common_arg(...))`` that ``common_params_parser_init`` keeps for LLAMA_EXAMPLE_SERVER
 (examples SERVER or COMMON, not excluded for SERVER), as (names, negative names, value kind, env name).
-``tests/integration/test_lint_server.py`` regenerates the table from arg.cpp and checks the env
-names against the real binary's ``--help``.
+``tests/testbed/flags_table.py`` regenerates the table from arg.cpp; ``tests/integration/test_lint_server.py``
+checks it against arg.cpp and its env names against the real binary's ``--help``.
 
 How llama.cpp reads a config (common/arg.cpp ``common_params_parse_ex``):
 

@@ -7,11 +7,11 @@ Data only, no logic: ``_flags`` parses and renders configs with it. The tree is
 ``_llamacpp.SOURCE_TREE`` (``vendor/llama.cpp`` of the llama-cpp-python sdist ``_llamacpp.PINNED``
 names; ``make llama-server`` unpacks it to ``~/.cache/llmfleet-specdec/src-<version>``).
 
-How to regenerate, after a change of ``_llamacpp.PINNED``: ``server_options_from_arg_cpp()`` in
-``tests/integration/test_lint_server.py`` reads every ``add_opt(common_arg(...))`` llama-server keeps
-from that ``common/arg.cpp``; write its rows here in arg.cpp's order (the order matters: llama.cpp
-applies env values in it) and its removed-flag advice as ``REMOVED``. ``test_flag_table_is_the_pinned_arg_cpp``
-in the same file fails while this table and the tree differ.
+How to regenerate, after a change of ``_llamacpp.PINNED`` and ``make llama-server``:
+``python3 tests/testbed/flags_table.py [PATH/TO/common/arg.cpp]`` rewrites the rows of ``_OPTIONS``
+(every ``add_opt(common_arg(...))`` llama-server keeps, in arg.cpp's order: llama.cpp applies env
+values in it) and ``REMOVED`` here. ``test_flag_table_is_the_pinned_arg_cpp`` in
+``tests/integration/test_lint_server.py`` fails while this file differs from what it writes.
 """
 from __future__ import annotations
 
