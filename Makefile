@@ -7,6 +7,12 @@ PY := $(VENV)/bin/python
 COLL := .build/collections/ansible_collections/llmfleet/specdec
 CACHE ?= $(HOME)/.cache/llmfleet-specdec
 export LLMFLEET_CACHE := $(CACHE)
+# The pinned llama-cpp-python version; its one home is plugins/module_utils/_llamacpp.py (PINNED), read with the
+# system python3 so that it works before .venv exists.
+ifeq ($(origin LLAMA_CPP_PYTHON_VERSION),undefined)
+LLAMA_CPP_PYTHON_VERSION := $(shell $(PYTHON) tests/testbed/pinned.py)
+endif
+export LLAMA_CPP_PYTHON_VERSION
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -193,7 +199,7 @@ molecule-build: venv collection llama-server models
 	image=$$(molecule/build/build_image.sh | tail -1) || exit 1; \
 	mkdir -p $(CACHE)/ccache; \
 	export SPECDEC_BUILDER_IMAGE=$$image SPECDEC_MODELS_DIR=$(CACHE)/demo-models SPECDEC_CCACHE_DIR=$(CACHE)/ccache \
-	  SPECDEC_SDIST=$(CACHE)/llama_cpp_python-$${LLAMA_CPP_PYTHON_VERSION:-0.3.36}.tar.gz; \
+	  SPECDEC_SDIST=$(CACHE)/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz; \
 	start=$$SECONDS; rc=0; \
 	$(VENV)/bin/molecule test -s build || rc=$$?; \
 	echo "molecule scenario build: $$((SECONDS - start)) s"; \

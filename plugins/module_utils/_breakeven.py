@@ -21,6 +21,7 @@ import re
 from typing import Any, Iterable
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import SPEC_TYPES as LLAMACPP_SPEC_TYPES
 
 VERIFY_FACTOR = 1.1
 DEFAULT_KS = (1, 3, 7)
@@ -201,6 +202,16 @@ _DRAFTERS: dict[str, tuple[dict[str, str], str, str]] = {
     "ngram-cache": (_NGRAM, "0", "n-gram cache lookup (context plus static/dynamic cache files)"),
 }
 SPEC_TYPES = tuple(_DRAFTERS)
+
+
+def spec_types_drift(llamacpp_types: Iterable[str] = LLAMACPP_SPEC_TYPES) -> dict[str, list[str]]:
+    """Where the cost rows and llama.cpp's spec types (``_llamacpp.SPEC_TYPES``, the one list) disagree.
+
+    ``missing``: types llama.cpp names that have no cost row here (all but ``none``, which drafts
+    nothing, need one); ``unknown``: rows for types llama.cpp does not name. Both empty when in step."""
+    named = [t for t in llamacpp_types if t != "none"]
+    return {"missing": [t for t in named if t not in _DRAFTERS],
+            "unknown": [t for t in _DRAFTERS if t not in named]}
 
 
 def classify_drafter(kind: str) -> dict[str, Any]:

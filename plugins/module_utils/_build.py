@@ -40,7 +40,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._version import V
 from ansible_collections.llmfleet.specdec.plugins.module_utils._version import search as search_version
 
 SCHEMA = "llmfleet.specdec/llamacpp-build/1"
-SOURCE_TREE = "llama-cpp-python 0.3.36 vendor/llama.cpp (ggml-org/llama.cpp@0c1e57098)"
 FACTS_FILE = "/etc/llmfleet-specdec/llamacpp-build.json"
 RECORD_NAME = "BUILD.json"
 

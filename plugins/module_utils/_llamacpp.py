@@ -1,7 +1,15 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Private to the collection: llama.cpp's own rules — the draft/target vocabulary compatibility check.
-"""llama.cpp's rules, as the pinned llama.cpp tree states them (llama-cpp-python 0.3.36's vendor/llama.cpp).
+# Private to the collection: llama.cpp's own rules — pinned tree, spec types, defaults, build gates, vocabulary check.
+"""llama.cpp's rules, as the pinned llama.cpp tree states them (``PINNED``: llama-cpp-python 0.3.36's vendor/llama.cpp).
+
+This is the one home of the facts about llama.cpp itself: which tree the project pins (``PINNED``,
+``SOURCE_TREE``; the Makefile and the test bed read the version from here), the ``--spec-type``
+names and the chain families (``SPEC_TYPES``, ``DRAFTLESS``, ``CONTEXT_BACKED``, ``INTERNAL_ORDER``,
+``NEEDS_RS_SEQ``, the architecture sets), the ``common_params_speculative`` defaults, the build gates
+(``parse_build``, ``spec_type_vocabulary``) and the source-file names the rules cite. It holds no
+HTTP and no lint stages: spec_lint's stages live in ``_lint_rules``, its entry points in ``_lint``,
+the option table in ``_flags_table``.
 
 ``vocab_params`` reproduces how src/llama-vocab.cpp (llama_vocab::impl::load) derives the vocabulary
 type, the bos/eos ids and the add-bos/add-eos flags from a header, and whether it loads the file at
@@ -11,8 +19,10 @@ keeps them.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import GGUFHeader
 from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import (
     ABORTS,
@@ -21,7 +31,52 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab i
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_facts
 
-__all__ = ["VOCAB_TYPES", "are_compatible", "compare_vocabs", "compat_report", "first_token_mismatch", "vocab_params"]
+__all__ = ["ARG", "CONTEXT_BACKED", "DEFAULTS", "DFLASH_DEFAULT_BLOCK_SIZE", "DRAFTLESS", "INTERNAL_ORDER",
+           "MTP_GRAPH_ARCHS", "MTP_RENAME_BUILD", "NEEDS_RS_SEQ", "NGRAM_MOD_MIN_MATCH", "PINNED", "RS_ROLLBACK_ARCHS",
+           "SOURCE_TREE", "SPC", "SPEC_TYPES", "SRV", "VOCAB_TYPES", "are_compatible", "compare_vocabs",
+           "compat_report", "first_token_mismatch", "parse_build", "spec_type_vocabulary", "vocab_params"]
+
+# The pinned tree records no build number (its --version prints the local git count); the field
+# notes call that era b10133+, so a build given as None is treated as that.
+# The Makefile and tests/testbed/build_llama_server.sh read "llama_cpp_python" from this line with the
+# system python3 (tests/testbed/pinned.py), before any venv exists: keep it a literal dict.
+PINNED = {"llama_cpp_python": "0.3.36", "commit": "0c1e57098", "build": None, "assumed_build": 10133}
+SOURCE_TREE = f"llama-cpp-python {PINNED['llama_cpp_python']} vendor/llama.cpp (ggml-org/llama.cpp@{PINNED['commit']})"
+MTP_RENAME_BUILD = 9180  # field notes: --spec-type mtp -> draft-mtp in May 2026, PR #22673, b9180+
+
+# common/speculative.cpp common_speculative_type_from_name_map (the pinned vocabulary).
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DRAFTLESS = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+CONTEXT_BACKED = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+# common_speculative_init: "this list here defines the priority of the speculators".
+INTERNAL_ORDER = DRAFTLESS + CONTEXT_BACKED
+# common_params_speculative::need_n_rs_seq: these ask the target context for n_rs_seq = draft n_max
+# recurrent-state snapshots; draft-simple and the ngram types do not.
+NEEDS_RS_SEQ = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+# src/llama-arch.cpp llm_arch_supports_rs_rollback.
+RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next",
+                               "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"})
+
+# Architectures whose graph builder has an LLM_GRAPH_TYPE_DECODER_MTP branch (src/models/*.cpp), plus
+# gemma4-assistant, the memory-sharing MTP draft common_speculative_impl_draft_mtp knows. For any other
+# architecture an MTP context cannot be built even when nextn layers are declared: measured on glm4,
+# llama_init_from_model fails ("failed to initialize the context: unordered_map::at").
+MTP_GRAPH_ARCHS = frozenset({"bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa",
+                             "glm4moe", "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe",
+                             "qwen3next", "step35", "gemma4-assistant"})
+
+# common/common.h defaults (common_params_speculative_*).
+DEFAULTS = {"draft_n_max": 3, "draft_n_min": 0, "draft_p_min": 0.0, "ngram_mod_n_match": 24,
+            "ngram_mod_n_max": 64, "ngram_mod_n_min": 48, "ngram_simple_size_m": 48,
+            "ngram_map_k_size_m": 48, "ngram_map_k4v_size_m": 48}
+DFLASH_DEFAULT_BLOCK_SIZE = 16  # common_speculative_impl_draft_dflash: block_size = 16 unless dflash.block_size
+NGRAM_MOD_MIN_MATCH = 16        # common_speculative_impl_ngram_mod warns below this n_match
+
+# Source files the rules cite.
+SPC = "common/speculative.cpp"
+SRV = "tools/server/server-context.cpp"
+ARG = "common/arg.cpp"
 
 # common/speculative.cpp
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -51,6 +106,32 @@ SPECULATES = "speculates"
 SERVES_WITHOUT_SPECULATION = "serves-without-speculation"
 REFUSES_TO_START = "refuses-to-start"
 ABORTS_AT_START = "aborts-at-start"
+
+
+def parse_build(build: Any) -> int | None:
+    """'b10133', '10133' or 10133 -> 10133; None -> None (the pinned tree)."""
+    if build is None or build == "":
+        return None
+    if isinstance(build, bool):
+        raise SpecdecError(f"build={build!r} is not a llama.cpp build; give it as b<number>, e.g. b10133")
+    if isinstance(build, int):
+        return build
+    m = re.fullmatch(r"\s*b?(\d+)\s*", str(build))
+    if not m:
+        raise SpecdecError(f"build={build!r} is not a llama.cpp build number; give it as b<number>, e.g. b10133")
+    return int(m.group(1))
+
+
+def spec_type_vocabulary(build: int | None) -> tuple[str, ...]:
+    """The --spec-type names a build accepts: the pinned map, with ``mtp`` for ``draft-mtp`` before b9180."""
+    if build is not None and build < MTP_RENAME_BUILD:
+        return tuple("mtp" if t == "draft-mtp" else t for t in SPEC_TYPES)
+    return SPEC_TYPES
+
+
+def _canonical_type(name: str, build: int | None) -> str:
+    return "draft-mtp" if name == "mtp" and build is not None and build < MTP_RENAME_BUILD else name
+
 
 
 def vocab_params(hdr: GGUFHeader) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 # Private to the collection: what GGUF header keys mean — layers, heads, SWA, hybrid layers, MTP, tokenizer fingerprint.
 """Turn a parsed :class:`GGUFHeader` into the facts the rest of the collection reasons with.
 
-No I/O here. Where llama.cpp derives a fact (recurrent layers of a hybrid, the speculative type it
-would infer from a draft), the rule is the one in the llama.cpp tree the project pins, cited inline.
+No I/O here, but for ``facts_or_path``, the one loader of a model given either as header facts or
+as a GGUF path or URL (spec_lint and kv_budget both take it that way): it reads the header through
+``_gguf.read_header`` and hands the result to ``model_facts``. Where llama.cpp derives a fact
+(recurrent layers of a hybrid, the speculative type it would infer from a draft), the rule is the one
+in the llama.cpp tree the project pins, cited inline.
 
 Nothing read from the header is trusted: every key a fact comes from is checked for its type and
 range before it is used, and no per-layer structure is longer than llama.cpp's own layer limit.
@@ -14,10 +17,12 @@ file and the byte offset; only ``general.architecture`` that is not a string rea
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import struct
-from typing import Any
+from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
     KV,
     Array,
@@ -25,6 +30,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
     ValueType,
     encode_string,
     encode_value,
+    read_header,
     tokens_sha256,
 )
 
@@ -358,3 +364,33 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
     if keys:
         facts["values"] = {k: (_header_value(hdr.kv[k].value) if k in hdr.kv else None) for k in keys}
     return facts
+
+
+def facts_or_path(value: Any, what: str, read_options: Mapping[str, Any] | None = None, *,
+                  keys: list[str] | None = None, include_tensors: bool = False
+                  ) -> tuple[dict[str, Any] | None, GGUFHeader | None]:
+    """A model given as header facts or as a GGUF path or http(s) URL: ``(facts, header)``.
+
+    Facts are gguf_info's (``architecture`` at least), alone or as a whole gguf_info result with
+    them under ``gguf``; the header is then None. A path must name an existing file; ``keys`` and
+    ``include_tensors`` go to ``model_facts``, and the facts carry the location as ``path``.
+    None gives ``(None, None)``. ``what`` names the input in the errors."""
+    if value is None:
+        return None, None
+    if isinstance(value, Mapping):
+        facts = value["gguf"] if "gguf" in value else value
+        if not isinstance(facts, Mapping) or "architecture" not in facts:
+            raise SpecdecError(f"{what}: a facts dict needs at least 'architecture' (as gguf_info returns under "
+                               "'gguf'); give the path of the GGUF file instead")
+        return dict(facts), None
+    if not isinstance(value, str) or not value.strip():
+        raise SpecdecError(f"{what}: expected header facts (a dict from gguf_info) or a GGUF path or URL, "
+                           f"got {value!r}")
+    location = value
+    if not re.match(r"^https?://", location, re.I) and not os.path.isfile(location):
+        raise SpecdecError(f"{what}={location}: no such file; give the path of an existing GGUF file "
+                           "(or its facts from gguf_info)")
+    header = read_header(location, **dict(read_options or {}))
+    facts = model_facts(header, include_tensors=include_tensors, keys=keys)
+    facts["path"] = location
+    return facts, header

@@ -389,10 +389,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_config
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
 from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import CACHE_TYPES, SizingError, config_from_parsed
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import facts_or_path
 from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import kv_budget
 from ansible_collections.llmfleet.specdec.plugins.module_utils._vllm_memory import kv_budget_result
 
@@ -441,13 +440,7 @@ _CONFIG_KEYS = ("ctx_size", "parallel", "kv_unified", "fit", "kv_unified_per_slo
 
 def model_input(name: str, value: Any, params: dict[str, Any]) -> dict[str, Any] | None:
     """Header facts from a facts dict (or a whole gguf_info result), or read from a path or URL."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return value["gguf"] if isinstance(value.get("gguf"), dict) else value
-    if isinstance(value, str) and value.strip():
-        return model_facts(read_header(value.strip(), **gguf_read_options(params)), include_tensors=True)
-    raise SizingError(f"{name}: expected header facts (a dict from gguf_info) or a GGUF path or URL, got {value!r}")
+    return facts_or_path(value, name, gguf_read_options(params), include_tensors=True)[0]
 
 
 def _baseline_budget(p: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
+from testbed.flags_table import TABLE, render_table, server_option_rows, server_options_from_arg_cpp
 from testbed.server import LLAMA_CPP_PYTHON_VERSION, LlamaServer, LlamaServerError
 
 pytestmark = pytest.mark.integration
@@ -192,95 +193,13 @@ def _arg_cpp(llama_server_bin: str) -> Path:
                 f"under {cache}; run `make llama-server`, which unpacks the tree it builds from")
 
 
-def _skip_string(s: str, i: int) -> int:
-    j = i + 1
-    while s[j] != '"':
-        j += 2 if s[j] == "\\" else 1
-    return j + 1
-
-
-def _code(s: str, i: int = 0):
-    """(index, character) of the C++ code from s[i] on, with strings, char literals and // comments
-    skipped: brackets and commas inside them do not count."""
-    j = i
-    while j < len(s):
-        c = s[j]
-        if c == '"':
-            j = _skip_string(s, j)
-        elif c == "'":
-            j += 4 if s[j + 1] == "\\" else 3
-        elif s.startswith("//", j):
-            j = s.index("\n", j)
-        else:
-            yield j, c
-            j += 1
-
-
-def _close(s: str, i: int) -> int:
-    """Index of the bracket closing the one at s[i]."""
-    depth = 0
-    for j, c in _code(s, i):
-        if c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-            if depth == 0:
-                return j
-    raise ValueError("unbalanced")
-
-
-def _top_level_params(s: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for j, c in _code(s):
-        if c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(s[start:j].strip())
-            start = j + 1
-    return [*parts, s[start:].strip()]
-
-
-def server_options_from_arg_cpp(text: str) -> tuple[set[tuple[str, str, str, str | None]], dict[str, str]]:
-    """Every add_opt(common_arg(...)) llama-server keeps, as _flags rows; and the removed ones' advice."""
-    strings = re.compile(r'"((?:[^"\\]|\\.)*)"')
-    rows: set[tuple[str, str, str, str | None]] = set()
-    removed: dict[str, str] = {}
-    for m in re.finditer(r"add_opt\(common_arg\(", text):
-        inner_open = m.end() - 1
-        inner_close = _close(text, inner_open)
-        chain = text[inner_close + 1:_close(text, m.start() + len("add_opt"))]
-        params = [re.sub(r"//[^\n]*", "", p) for p in _top_level_params(text[inner_open + 1:inner_close])]
-        names = strings.findall(params[0])
-        neg: list[str] = []
-        if params[1].startswith("{"):
-            neg, kind = strings.findall(params[1]), "bool"
-        elif len(params) == 3:
-            kind = "flag"
-        elif len(params) == 4:
-            kind = "int" if re.search(r"\bint value\b", params[3]) else "value"
-        else:
-            kind = "value2"
-        examples = re.search(r"set_examples\(\{([^}]*)\}", chain)
-        excludes = re.search(r"set_excludes\(\{([^}]*)\}", chain)
-        in_server = (examples is None or "LLAMA_EXAMPLE_SERVER" in examples.group(1)
-                     or "LLAMA_EXAMPLE_COMMON" in examples.group(1))
-        if not in_server or (excludes and "LLAMA_EXAMPLE_SERVER" in excludes.group(1)):
-            continue
-        env = re.search(r'set_env\("([^"]+)"\)', chain)
-        advice = re.search(r'arg_removed\("([^"]*)"\)', text[inner_open:inner_close])
-        if advice:
-            removed[names[0]] = advice.group(1)
-            kind = "value"  # the removed handlers take an (ignored) value; the table records them as such
-        rows.add((",".join(names), ",".join(neg), kind, env.group(1) if env else None))
-    return rows, removed
-
-
 def test_flag_table_is_the_pinned_arg_cpp(llama_server_bin: str) -> None:
     rows, removed = server_options_from_arg_cpp(_arg_cpp(llama_server_bin).read_text())
     assert set(_flags._OPTIONS) == rows
     assert _flags.REMOVED == removed
+    # _flags_table.py is exactly what tests/testbed/flags_table.py writes: arg.cpp's order too (env is applied in it)
+    current = TABLE.read_text()
+    assert render_table(*server_option_rows(_arg_cpp(llama_server_bin).read_text()), current) == current
     # a few entries by hand, as arg.cpp spells them
     assert ("--spec-type", "", "value", "LLAMA_ARG_SPEC_TYPE") in rows
     assert ("--spec-draft-model,-md,--model-draft", "", "value", "LLAMA_ARG_SPEC_DRAFT_MODEL") in rows

@@ -3,7 +3,8 @@
 # Prints the path of the binary on its last line. A second run with the same version costs nothing.
 set -euo pipefail
 
-version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+# The pinned version's one home is plugins/module_utils/_llamacpp.py (PINNED), read with the system python3.
+version="${LLAMA_CPP_PYTHON_VERSION:-$(python3 "$(dirname "$0")/pinned.py")}"
 cache="${LLMFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmfleet-specdec}"
 prefix="$cache/llama-server-$version"
 bin="$prefix/bin/llama-server"

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+from testbed.pinned import LLAMA_CPP_PYTHON_VERSION  # the one home: _llamacpp.PINNED
 
 
 class LlamaServerError(RuntimeError):

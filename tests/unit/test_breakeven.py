@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.llmfleet.specdec.plugins.filter import breakeven as filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _llamacpp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_breakeven
 
@@ -171,6 +172,21 @@ def test_classify_drafter(kind, cls, passes):
     assert c["class"] == cls
     assert c["draft_passes_per_round"] == passes
     assert c["cost_per_round"] and c["needs"]
+
+
+def test_every_llamacpp_spec_type_has_a_cost_row_and_no_other():
+    # _llamacpp.SPEC_TYPES is the one list of llama.cpp's spec types; the cost rows follow it
+    assert be.spec_types_drift() == {"missing": [], "unknown": []}
+    assert set(be.SPEC_TYPES) == set(_llamacpp.SPEC_TYPES) - {"none"}
+    for kind in be.SPEC_TYPES:
+        assert be.classify_drafter(kind)["spec_type"] == kind
+
+
+def test_spec_types_drift_names_what_llamacpp_gained_or_dropped():
+    gained = be.spec_types_drift((*_llamacpp.SPEC_TYPES, "draft-turbo"))
+    assert gained == {"missing": ["draft-turbo"], "unknown": []}
+    dropped = be.spec_types_drift(tuple(t for t in _llamacpp.SPEC_TYPES if t != "ngram-cache"))
+    assert dropped == {"missing": [], "unknown": ["ngram-cache"]}
 
 
 def test_classification_feeds_the_arithmetic():

@@ -400,7 +400,7 @@ def test_record_names_build_number_commit_backends_and_flags():
     assert record["toolchain"] == {"nvcc": "12.4.131"}
     assert record["fingerprint"] == p["fingerprint"]
     # what spec_lint's build gate reads
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import parse_build
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import parse_build
     assert parse_build(record["build"]) == 10133
 
 

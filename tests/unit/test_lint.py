@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint, _llamacpp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_lint as spec_lint_module
@@ -64,22 +64,22 @@ def only(result: dict[str, Any], kind: str, code: str) -> dict[str, str]:
 
 
 def test_vocabulary_is_the_pinned_map_and_renames_mtp_before_b9180() -> None:
-    assert _lint.spec_type_vocabulary(None) == _lint.SPEC_TYPES
-    assert "draft-mtp" in _lint.spec_type_vocabulary(9180) and "mtp" not in _lint.spec_type_vocabulary(9180)
-    old = _lint.spec_type_vocabulary(9179)
+    assert _llamacpp.spec_type_vocabulary(None) == _llamacpp.SPEC_TYPES
+    assert "draft-mtp" in _llamacpp.spec_type_vocabulary(9180) and "mtp" not in _llamacpp.spec_type_vocabulary(9180)
+    old = _llamacpp.spec_type_vocabulary(9179)
     assert "mtp" in old and "draft-mtp" not in old
 
 
 @pytest.mark.parametrize("given, expected", [(None, None), ("", None), ("b10133", 10133), ("9180", 9180),
                                              (9000, 9000), (" b42 ", 42)])
 def test_parse_build(given: Any, expected: int | None) -> None:
-    assert _lint.parse_build(given) == expected
+    assert _llamacpp.parse_build(given) == expected
 
 
 @pytest.mark.parametrize("bad", ["latest", "b10133x", True])
 def test_bad_build_is_an_error_naming_it(bad: Any) -> None:
     with pytest.raises(SpecdecError, match="build="):
-        _lint.parse_build(bad)
+        _llamacpp.parse_build(bad)
 
 
 def test_unknown_spec_type_refuses() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint as lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint_rules as lint
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
