@@ -207,8 +207,8 @@ molecule-build: venv collection llama-server models
 	if [ -n "$$left" ]; then echo "molecule left containers behind, removing: $$left"; podman rm -f $$left >/dev/null; rc=1; fi; \
 	exit $$rc
 
-# The execution environment (meta/execution-environment.yml) built with ansible-builder and podman from the test
-# bed's Debian image, cached by a hash of its inputs; molecule/ssh runs AWX-style jobs inside it.
+# The execution environment (execution-environment/execution-environment.yml) built with ansible-builder and
+# podman from the test bed's Debian image, cached by a hash of its inputs; molecule/ssh runs AWX-style jobs inside it.
 .PHONY: ee
 ee: venv
 	@$(container_tools)

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 module: ab_lock
 short_description: The per-unit lock that keeps two A/B runs off one serving unit
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - An A/B run changes a live unit config after config. Two runs on the same unit (an operator's shell and a
     scheduled job) would interleave candidates and measure each other's. The role C(llmfleet.specdec.spec_ab)

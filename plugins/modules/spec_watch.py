@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 module: spec_watch
 short_description: Say whether a promoted speculative-decoding config still holds - build, models, live config, acceptance, age
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Reads the evidence of the unit's last promotion (C(<state_dir>/promoted/<unit>.json), written by
     C(playbooks/promote.yml)) and compares it with the host now. Nothing is changed, in or out of check mode, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the execution environment (meta/execution-environment.yml) with ansible-builder and podman where no
-# container registry is reachable. Prints the image name on its last line; cached by a hash of its inputs:
+# Builds the execution environment (execution-environment/execution-environment.yml) with ansible-builder and
+# podman where no container registry is reachable. Prints the image name on its last line; cached by a hash of its inputs:
 #   1. a site base image: the test bed's debootstrapped Debian 12 (tests/testbed/build_host_image.sh) given
 #      this machine's CA certificates and package index settings (pip config, PIP_* variables), as a site's own
 #      base image carries them;
@@ -49,7 +49,7 @@ done
 
 host="$("$root/tests/testbed/build_host_image.sh" | tail -1)"
 host_id="$(podman image inspect --format '{{.Id}}' "$host")"
-hash="$( (cat "$here/$(basename "${BASH_SOURCE[0]}")" "$root/meta/execution-environment.yml" "$root/requirements.txt" \
+hash="$( (cat "$here/$(basename "${BASH_SOURCE[0]}")" "$root/execution-environment/execution-environment.yml" "$root/requirements.txt" \
            "$work/pip.conf" "$work"/ca/* 2>/dev/null; echo "$host_id") | sha256sum | cut -c1-12)"
 image="localhost/llmfleet-specdec-ee:$hash"
 base="localhost/llmfleet-specdec-ee-base:$hash"
@@ -72,7 +72,7 @@ if ! podman image exists "$base"; then
 fi
 
 echo "build_ee: ansible-builder build $image (a few minutes the first time)" >&2
-"$builder" build --file "$root/meta/execution-environment.yml" --context "$work/context" \
+"$builder" build --file "$root/execution-environment/execution-environment.yml" --context "$work/context" \
   --container-runtime podman --tag "$image" --build-arg EE_BASE_IMAGE="$base" \
   --extra-build-cli-args "--network host" --verbosity 2 >&2
 echo "build_ee: built in $((SECONDS - start)) s" >&2

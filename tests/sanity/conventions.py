@@ -7,12 +7,16 @@
 - every filter a FilterModule exports has DOCUMENTATION, EXAMPLES and RETURN (plugins/filter/NAME.yml), so
   ``ansible-doc -t filter llmfleet.specdec.NAME`` renders;
 - every role has README.md, meta/main.yml and meta/argument_specs.yml;
-- galaxy.yml's license is the LICENSE file's.
+- galaxy.yml's license is the LICENSE file's;
+- docs/architecture.md lists every file of plugins/module_utils and plugins/plugin_utils and every module, action
+  plugin and role, each in the first column of the table under its heading (``_TABLES``), and everything those
+  tables list exists; a private helper file named anywhere else on the page exists too.
 Prints one line per file that misses something, then 'N problems'; exits non-zero on any.
 """
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -93,6 +97,74 @@ def license_problems() -> list[str]:
     return problems
 
 
+ARCHITECTURE = "docs/architecture.md"
+# A private helper's file name as the page writes it (`_kv.py`, plugin_utils/_judge.py), not part of a longer name.
+_PRIVATE_FILE = re.compile(r"(?<![\w.-])(_[a-z0-9][a-z0-9_]*\.py)\b")
+_HEADING = re.compile(r"^#+\s+(.*?)\s*$")
+_FIRST_CELL = re.compile(r"^\|\s*`([^`]+)`\s*\|")
+# The page's tables, by the start of the heading above each: what they list and where that lives.
+_TABLES = {
+    "plugins/module_utils": ("module_util", "plugins/module_utils/{}"),
+    "plugins/plugin_utils": ("plugin_util", "plugins/plugin_utils/{}"),
+    "Modules": ("module", "plugins/modules/{}.py"),
+    "Action plugins": ("action plugin", "plugins/action/{}.py"),
+    "Roles": ("role", "roles/{}"),
+}
+
+
+def tabled_names(text: str) -> dict[str, set[str]]:
+    """The names in the first column of the tables under the headings of ``_TABLES``, by heading."""
+    named: dict[str, set[str]] = {heading: set() for heading in _TABLES}
+    current = None
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            current = next((key for key in _TABLES if heading.group(1).startswith(key)), None)
+            continue
+        cell = _FIRST_CELL.match(line)
+        if current and cell:
+            named[current].add(cell.group(1))
+    return named
+
+
+def _present(kind: str, folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    if kind == "role":
+        return {path.name for path in folder.iterdir() if path.is_dir()}
+    if kind in ("module_util", "plugin_util"):
+        return {path.name for path in folder.glob("*.py") if path.name != "__init__.py"}
+    return {path.stem for path in folder.glob("*.py") if path.name != "__init__.py"}
+
+
+def architecture_problems() -> list[str]:
+    """docs/architecture.md against the tree: a file, module, action plugin or role it leaves out, or one it names
+    that does not exist, means the page no longer describes the code."""
+    doc = ROOT / ARCHITECTURE
+    if not doc.exists():
+        return [f"{ARCHITECTURE}: missing (it describes every module_util, plugin_util, module, action plugin and role)"]
+    text = doc.read_text(encoding="utf-8")
+    problems = []
+    tabled = tabled_names(text)
+    helpers: set[str] = set()
+    for heading, (kind, pattern) in _TABLES.items():
+        present = _present(kind, (ROOT / pattern.format("x")).parent)
+        if kind in ("module_util", "plugin_util"):
+            helpers |= present
+        for name in sorted(present - tabled[heading]):
+            problems.append(f"{pattern.format(name)}: {kind} {name} not in the {heading} table of {ARCHITECTURE} "
+                            "(add a row saying what it holds)")
+        for name in sorted(tabled[heading] - present):
+            problems.append(f"{ARCHITECTURE}: the {heading} table names {kind} {name}, but there is no "
+                            f"{pattern.format(name)} (correct the page or add the {kind})")
+    # Files named anywhere else on the page (the data flow, where each fact lives) must exist too.
+    in_tables = tabled["plugins/module_utils"] | tabled["plugins/plugin_utils"]
+    for name in sorted(set(_PRIVATE_FILE.findall(text)) - helpers - in_tables):
+        problems.append(f"{ARCHITECTURE}: names {name}, which is in neither plugins/module_utils nor "
+                        "plugins/plugin_utils (correct the page or add the file)")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     fix = "--fix-headers" in argv
     problems = []
@@ -103,7 +175,7 @@ def main(argv: list[str]) -> int:
                 print(f"{path.relative_to(ROOT)}: license header added")
             else:
                 problems.append(f"{path.relative_to(ROOT)}: no license header (run tests/sanity/conventions.py --fix-headers)")
-    problems += filter_problems() + role_problems() + license_problems()
+    problems += filter_problems() + role_problems() + license_problems() + architecture_problems()
     for problem in problems:
         print(problem)
     print(f"{len(problems)} problems")

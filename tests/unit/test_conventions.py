@@ -20,8 +20,46 @@ def conventions(tmp_path, monkeypatch):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "plugins" / "filter", tmp_path / "plugins" / "filter")
     shutil.copytree(ROOT / "roles" / "spec_preflight", tmp_path / "roles" / "spec_preflight")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(MINIMAL_ARCHITECTURE)
     monkeypatch.setattr(module, "ROOT", tmp_path)
     return module
+
+
+# docs/architecture.md for the minimal copy: no module_utils, plugin_utils, modules or action plugins, one role.
+MINIMAL_ARCHITECTURE = """# Architecture
+
+### plugins/module_utils (host code)
+
+| file | holds | runs on |
+| --- | --- | --- |
+
+### plugins/plugin_utils (controller only)
+
+| file | holds | runs on |
+| --- | --- | --- |
+
+### Modules
+
+### Action plugins
+
+### Roles
+
+| role | what it does |
+| --- | --- |
+| `spec_preflight` | judges each config before anything is loaded |
+"""
+
+
+def _row(tmp_path, heading: str, row: str) -> None:
+    """Adds ``row`` to the table under ``heading`` of the copy's docs/architecture.md."""
+    doc = tmp_path / "docs" / "architecture.md"
+    lines = doc.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("#") and heading in line)
+    while at + 1 < len(lines) and not lines[at + 1].startswith("#"):
+        at += 1
+    lines.insert(at, row)
+    doc.write_text("\n".join(lines) + "\n")
 
 
 def test_the_collection_as_committed_has_no_problems(capsys):
@@ -39,6 +77,7 @@ def test_a_new_plugin_without_header_is_named_and_fixed(conventions, tmp_path, c
     new = tmp_path / "plugins" / "module_utils" / "_new.py"
     new.parent.mkdir(parents=True)
     new.write_text("# Private to the collection: something new.\nfrom __future__ import annotations\n")
+    _row(tmp_path, "plugins/module_utils", "| `_new.py` | something new | hosts |")
     assert conventions.main([]) == 1
     assert "plugins/module_utils/_new.py: no license header" in capsys.readouterr().out
     assert conventions.main(["--fix-headers"]) == 0
@@ -58,3 +97,63 @@ def test_a_role_without_readme_is_named(conventions, tmp_path, capsys):
     (tmp_path / "roles" / "spec_preflight" / "README.md").unlink()
     assert conventions.main([]) == 1
     assert "roles/spec_preflight/README.md: missing" in capsys.readouterr().out
+
+
+def _helper(tmp_path, folder: str, name: str):
+    path = tmp_path / "plugins" / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# Copyright: (c) 2026, llmfleet.specdec contributors\n"
+                    "# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)\n")
+    return path
+
+
+def test_a_module_util_the_architecture_page_leaves_out_is_named(conventions, tmp_path, capsys):
+    _helper(tmp_path, "module_utils", "_kv.py")
+    assert conventions.main([]) == 1
+    assert "plugins/module_utils/_kv.py: module_util _kv.py not in the plugins/module_utils table" in capsys.readouterr().out
+    _row(tmp_path, "plugins/module_utils", "| `_kv.py` | KV arithmetic | hosts |")
+    assert conventions.main([]) == 0, capsys.readouterr().out
+
+
+def test_a_helper_listed_under_the_wrong_folder_is_named(conventions, tmp_path, capsys):
+    # The page says the report moved to the controller's plugin_utils; the file is still in module_utils.
+    _helper(tmp_path, "module_utils", "_report.py")
+    _row(tmp_path, "plugins/plugin_utils", "| `_report.py` | the report | controller |")
+    assert conventions.main([]) == 1
+    out = capsys.readouterr().out
+    assert "plugins/module_utils/_report.py: module_util _report.py not in the plugins/module_utils table" in out
+    assert "the plugins/plugin_utils table names plugin_util _report.py, but there is no plugins/plugin_utils/_report.py" in out
+
+
+def test_a_file_the_page_names_that_does_not_exist_is_named(conventions, tmp_path, capsys):
+    doc = tmp_path / "docs" / "architecture.md"
+    doc.write_text(doc.read_text() + "\nShape names live in `_shapes.py` (SHAPES).\n")
+    assert conventions.main([]) == 1
+    assert "docs/architecture.md: names _shapes.py, which is in neither" in capsys.readouterr().out
+    _helper(tmp_path, "module_utils", "_shapes.py")
+    _row(tmp_path, "plugins/module_utils", "| `_shapes.py` | shape names | hosts |")
+    assert conventions.main([]) == 0, capsys.readouterr().out
+
+
+def test_modules_action_plugins_and_roles_must_match_their_tables(conventions, tmp_path, capsys):
+    _helper(tmp_path, "modules", "kv_budget.py")
+    _helper(tmp_path, "action", "spec_report.py")
+    _row(tmp_path, "Roles", "| `spec_ab` | the A/B protocol |")
+    assert conventions.main([]) == 1
+    out = capsys.readouterr().out
+    assert "plugins/modules/kv_budget.py: module kv_budget not in the Modules table" in out
+    assert "plugins/action/spec_report.py: action plugin spec_report not in the Action plugins table" in out
+    assert "the Roles table names role spec_ab, but there is no roles/spec_ab" in out
+    _row(tmp_path, "Modules", "| `kv_budget` | sizes the KV cache | host |")
+    _row(tmp_path, "Action plugins", "| `spec_report` | judges a run |")
+    (tmp_path / "roles" / "spec_ab").mkdir()
+    for needed in ("README.md", "meta/main.yml", "meta/argument_specs.yml"):
+        (tmp_path / "roles" / "spec_ab" / needed).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "roles" / "spec_ab" / needed).write_text("---\n")
+    assert conventions.main([]) == 0, capsys.readouterr().out
+
+
+def test_a_collection_without_the_architecture_page_is_named(conventions, tmp_path, capsys):
+    (tmp_path / "docs" / "architecture.md").unlink()
+    assert conventions.main([]) == 1
+    assert "docs/architecture.md: missing" in capsys.readouterr().out
