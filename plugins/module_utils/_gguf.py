@@ -18,16 +18,19 @@ The key/value and tensor tables are the only per-item Python objects; their coun
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
 from array import array
 from enum import IntEnum
 from typing import Any, Iterator
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, GGUFFetchError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, HttpReply, redact_text, redact_url
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf_source import (
+    DEFAULT_FIRST_READ,
+    FileSource,
+    HttpSource,
+    open_source,
+)
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -44,8 +47,6 @@ MAX_TENSOR_COUNT = 1 << 16
 HASH_CHUNK = 1 << 20  # bytes fed to a hash at a time when re-encoding big-endian arrays
 
 DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
-DEFAULT_FIRST_READ = 8 * 1024 * 1024
-FILE_CHUNK = 4 * 1024 * 1024
 
 
 class ValueType(IntEnum):
@@ -122,178 +123,6 @@ GGML_TYPES = {
 # The smallest encoding of one item, used to refuse counts the remaining bytes cannot back.
 _MIN_KV_BYTES = 8 + 4 + 1          # key length, value type, one byte of value
 _MIN_TENSOR_BYTES = 8 + 4 + 8 + 4 + 8  # name length, n_dims, one dim, type, offset
-
-
-# ---------------------------------------------------------------------------------------------
-# Sources: where header bytes come from
-
-
-class FileSource:
-    """Sequential reads from a local file."""
-
-    def __init__(self, path: str, chunk: int = FILE_CHUNK) -> None:
-        self.name = path
-        self.chunk = chunk
-        self.requests = 0
-        self.bytes_read = 0
-        try:
-            self._fh = open(path, "rb")
-        except OSError as exc:
-            raise GGUFError(path, None, f"cannot open the file ({exc.strerror}); check the path") from None
-        self.size: int | None = os.fstat(self._fh.fileno()).st_size
-
-    def read(self, offset: int, size: int, need: int | None = None) -> bytes:
-        self._fh.seek(offset)
-        data = self._fh.read(size)
-        self.requests += 1
-        self.bytes_read += len(data)
-        return data
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
-
-
-class HttpSource:
-    """Reads by HTTP Range requests through the collection's bounded HTTP client (``_http``).
-
-    A server that ignores Range (answers 200) is an error unless ``allow_full_read``: then the body
-    is streamed and read only as far as the header needs. Every failure, the body's included, is a
-    :class:`GGUFFetchError` whose message names the URL without its query string or credentials.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        allow_full_read: bool = False,
-        validate_certs: bool = True,
-        timeout: float = 30,
-        total_timeout: float | None = None,  # None: timeout + _http.TOTAL_GRACE
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.url = url
-        self.name = redact_url(url)  # what every message and result shows: no pre-signed query
-        self.allow_full_read = allow_full_read
-        self.validate_certs = validate_certs
-        self.timeout = timeout
-        self.total_timeout = total_timeout
-        self.headers = dict(headers or {})
-        self.requests = 0
-        self.bytes_read = 0
-        self.size: int | None = None
-        self._stream: HttpReply | None = None  # an open 200 response being streamed (full-read mode)
-        self._stream_pos = 0
-
-    def _open(self, headers: dict[str, str]) -> HttpReply:
-        try:
-            # the caller's own headers are credentials for this origin only: dropped on a redirect elsewhere
-            return http_request("GET", self.url, headers=headers, timeout=self.timeout,
-                                total_timeout=self.total_timeout, validate_certs=self.validate_certs,
-                                use_proxy=True, sensitive=self.headers)
-        except HttpError as exc:
-            raise GGUFFetchError(f"{self.name}: cannot fetch the GGUF header: {self._problem(exc)}") from None
-
-    def _problem(self, exc: HttpError) -> str:
-        """The error without a repeat of this URL (kept when a redirect made it another one)."""
-        text, prefix = str(exc), f"GET {self.name}: "
-        return text[len(prefix):] if text.startswith(prefix) else text
-
-    def _body(self, reply: HttpReply, size: int, need: int) -> bytes:
-        try:
-            return reply.read_some(size, need)
-        except HttpError as exc:
-            raise GGUFFetchError(f"{self.name}: reading the GGUF header failed: {self._problem(exc)}") from None
-
-    def read(self, offset: int, size: int, need: int | None = None) -> bytes:
-        """Up to ``size`` bytes from ``offset``; fewer only at the end of the file, or, when streaming a
-        full body, once ``need`` bytes have arrived (so a complete header is not held up by a slow rest)."""
-        need = size if need is None else min(need, size)
-        if self._stream is not None:
-            return self._read_stream(offset, size, need)
-        headers = dict(self.headers)
-        headers["Range"] = f"bytes={offset}-{offset + size - 1}"
-        resp = self._open(headers)
-        self.requests += 1
-        try:
-            return self._answer(resp, offset, size, need)
-        finally:
-            if resp is not self._stream:
-                resp.close()
-
-    def _answer(self, resp: HttpReply, offset: int, size: int, need: int) -> bytes:
-        status = resp.status
-        if status == 416:
-            # The start lies beyond the end: nothing more to read (the caller reports truncation).
-            total = _content_range_total(resp.headers.get("Content-Range", ""))
-            if total is not None:
-                self.size = total
-            return b""
-        if status == 206:
-            crange = resp.headers.get("Content-Range", "")
-            m = _CONTENT_RANGE.match(crange)
-            if not m or int(m.group(1)) != offset:
-                raise GGUFFetchError(
-                    f"{self.name}: the server answered a range request with Content-Range {crange[:120]!r}, "
-                    f"not one starting at byte {offset}; it does not serve byte ranges correctly"
-                )
-            if m.group(3) != "*":
-                self.size = int(m.group(3))
-            data = self._body(resp, size, size)
-            self.bytes_read += len(data)
-            return data
-        if status == 200:
-            if not self.allow_full_read:
-                raise GGUFFetchError(
-                    f"{self.name}: the server does not support HTTP range requests (it answered 200 to "
-                    "a Range request), so reading the header would mean downloading the whole file; "
-                    "set allow_full_read=true to stream it anyway (only the header is read, then the "
-                    "connection is closed)"
-                )
-            length = resp.headers.get("Content-Length")
-            if length and length.isdigit():
-                self.size = int(length)
-            self._stream = resp
-            self._stream_pos = 0
-            return self._read_stream(offset, size, need)
-        body = b""
-        try:
-            body = resp.read_some(200)
-        except HttpError:
-            pass  # the status says enough
-        raise GGUFFetchError(
-            f"{self.name}: HTTP {status} when reading the GGUF header"
-            + (f": {redact_text(body.decode('utf-8', 'replace').strip())}" if body else "")
-        )
-
-    def _read_stream(self, offset: int, size: int, need: int) -> bytes:
-        if offset != self._stream_pos:
-            raise GGUFFetchError(f"{self.name}: internal error: non-sequential read of a streamed body")
-        if self._stream is None:  # the caller opened it; a raise, unlike assert, survives python -O
-            raise AssertionError(f"{self.name}: internal error: streamed read without a stream")
-        data = self._body(self._stream, size, need)
-        self._stream_pos += len(data)
-        self.bytes_read += len(data)
-        return data
-
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
-
-def _content_range_total(value: str) -> int | None:
-    m = re.search(r"/(\d+)\s*$", value or "")
-    return int(m.group(1)) if m else None
-
-
-def open_source(location: str, **http_options: Any) -> FileSource | HttpSource:
-    """A source for a local path or an http(s) URL."""
-    if re.match(r"^https?://", location, re.I):
-        return HttpSource(location, **http_options)
-    return FileSource(location)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
     Array,
-    FileSource,
     parse_header,
     read_header,
     tokens_sha256,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf_source import FileSource
 
 
 def _write_with_gguf(path: Path, endian: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
