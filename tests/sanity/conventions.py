@@ -10,7 +10,10 @@
 - galaxy.yml's license is the LICENSE file's;
 - docs/architecture.md lists every file of plugins/module_utils and plugins/plugin_utils and every module, action
   plugin and role, each in the first column of the table under its heading (``_TABLES``), and everything those
-  tables list exists; a private helper file named anywhere else on the page exists too.
+  tables list exists; a private helper file named anywhere else on the page exists too; and each module_util's
+  "runs on" cell says what the imports say (``runs_on``: "hosts" when a module imports it, directly or through
+  other module_utils, since AnsiballZ ships it to the host; "controller" when an action, filter or plugin_util
+  does).
 Prints one line per file that misses something, then 'N problems'; exits non-zero on any.
 """
 from __future__ import annotations
@@ -137,6 +140,77 @@ def _present(kind: str, folder: Path) -> set[str]:
     return {path.stem for path in folder.glob("*.py") if path.name != "__init__.py"}
 
 
+_MU_PREFIX = "ansible_collections.llmfleet.specdec.plugins.module_utils."
+_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|.*\|\s*([^|]+?)\s*\|\s*$")
+
+
+def _module_util_imports(path: Path) -> set[str]:
+    """The module_utils a Python file imports, at any depth of the file (AnsiballZ's finder walks the whole tree)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith(_MU_PREFIX):
+                names.add(node.module[len(_MU_PREFIX):].split(".")[0] + ".py")
+            elif node.module + "." == _MU_PREFIX:
+                names |= {alias.name + ".py" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name[len(_MU_PREFIX):].split(".")[0] + ".py" for a in node.names if a.name.startswith(_MU_PREFIX)}
+    return names
+
+
+def runs_on() -> dict[str, set[str]]:
+    """For each module_util file: {"hosts"} when a module reaches it through imports, {"controller"} when an action
+    plugin, filter or plugin_util does, both when both do."""
+    mu = ROOT / "plugins" / "module_utils"
+    graph = {path.name: _module_util_imports(path) for path in mu.glob("*.py") if path.name != "__init__.py"}
+
+    def closure(start: set[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = [n for n in start if n in graph]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += [n for n in graph[name] if n in graph]
+        return seen
+
+    where: dict[str, set[str]] = {name: set() for name in graph}
+    sides = {"hosts": ["modules"], "controller": ["action", "filter", "plugin_utils", "lookup", "callback"]}
+    # A module with an action plugin of its name never runs on a host (the action does the work); its file is
+    # documentation, whatever it imports for that.
+    actions = {path.name for path in (ROOT / "plugins" / "action").glob("*.py")}
+    for side, folders in sides.items():
+        for folder in folders:
+            for path in (ROOT / "plugins" / folder).glob("*.py"):
+                if folder == "modules" and path.name in actions:
+                    continue
+                for name in closure(_module_util_imports(path)):
+                    where[name].add(side)
+    return where
+
+
+def runs_on_problems(text: str) -> list[str]:
+    """The "runs on" cell of each plugins/module_utils row against ``runs_on()``."""
+    problems = []
+    where = runs_on()
+    current = None
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            current = heading.group(1).startswith("plugins/module_utils")
+            continue
+        row = _ROW.match(line)
+        if not (current and row) or row.group(1) not in where:
+            continue
+        name, cell = row.group(1), row.group(2)
+        said = {side for side in ("hosts", "controller") if side in cell}
+        real = where[name]
+        if real and said != real:
+            problems.append(f"{ARCHITECTURE}: {name} runs on {' and '.join(sorted(real))} by its importers, the page says "
+                            f"{cell!r} (correct the cell)")
+    return problems
+
+
 def architecture_problems() -> list[str]:
     """docs/architecture.md against the tree: a file, module, action plugin or role it leaves out, or one it names
     that does not exist, means the page no longer describes the code."""
@@ -162,7 +236,7 @@ def architecture_problems() -> list[str]:
     for name in sorted(set(_PRIVATE_FILE.findall(text)) - helpers - in_tables):
         problems.append(f"{ARCHITECTURE}: names {name}, which is in neither plugins/module_utils nor "
                         "plugins/plugin_utils (correct the page or add the file)")
-    return problems
+    return problems + runs_on_problems(text)
 
 
 def main(argv: list[str]) -> int:

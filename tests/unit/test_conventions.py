@@ -157,3 +157,19 @@ def test_a_collection_without_the_architecture_page_is_named(conventions, tmp_pa
     (tmp_path / "docs" / "architecture.md").unlink()
     assert conventions.main([]) == 1
     assert "docs/architecture.md: missing" in capsys.readouterr().out
+
+
+def test_a_runs_on_cell_that_the_imports_contradict_is_named():
+    spec = importlib.util.spec_from_file_location("conventions_real", ROOT / "tests" / "sanity" / "conventions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    assert module.runs_on_problems(text) == []
+    # _stats.py runs on hosts too (spec_bench -> _load -> _loadgate -> _stats): a page saying "controller" is wrong.
+    assert module.runs_on()["_stats.py"] == {"hosts", "controller"}
+    row = next(line for line in text.splitlines() if line.startswith("| `_stats.py` |"))
+    wrong = text.replace(row, row[:row.rindex("|", 0, len(row) - 1)] + "| controller |")
+    problems = module.runs_on_problems(wrong)
+    assert len(problems) == 1 and "_stats.py runs on controller and hosts" in problems[0]
+    # A module with an action plugin of its name is documentation only: what it imports does not run on hosts.
+    assert module.runs_on()["_report_args.py"] == {"controller"}
