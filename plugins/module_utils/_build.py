@@ -386,6 +386,9 @@ def cmake_defines(components: Sequence[str], options: Mapping[str, Any]) -> list
     return defines + extra
 
 
+CCACHE_LOCALE = ("LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
+
+
 def build_env(components: Sequence[str], options: Mapping[str, Any]) -> dict[str, str]:
     """Environment for cmake: HIPCXX/HIP_PATH for HIP (docs/build.md), the ccache directory when given."""
     env: dict[str, str] = {}
@@ -399,6 +402,9 @@ def build_env(components: Sequence[str], options: Mapping[str, Any]) -> dict[str
     if options.get("ccache_dir") and _bool(options.get("ccache", True)):
         env["CCACHE_DIR"] = str(options["ccache_dir"])
         env["CCACHE_BASEDIR"] = str(options.get("work_dir") or "/")
+        # ccache hashes these four variables' values (they change the compiler's messages), so a cache shared
+        # between hosts, or filled by another build of the same tree, only hits when they are the same everywhere.
+        env.update({name: "C" for name in CCACHE_LOCALE})
     return env
 
 

@@ -31,7 +31,7 @@ fi
 jobs="${LLAMA_BUILD_JOBS:-$(nproc)}"
 # The compile mirrors what role llamacpp_build does on a host for molecule/build (plugins/module_utils/_build.py:
 # the same -D list, source at <work>/src/llama_cpp_python-<version>/vendor/llama.cpp, build at
-# <work>/build-sdist-<version>-cpu, CCACHE_BASEDIR=<work>) into the compiler cache that molecule/build mounts. The
+# <work>/build-sdist-<version>-cpu, CCACHE_BASEDIR=<work>, the locale ccache hashes) into the compiler cache that molecule/build mounts. The
 # container's Debian 12 compiler is this machine's, so its build finds the objects in the cache instead of
 # compiling llama.cpp a second time (about six minutes on two cores). tests/unit/test_testbed_build.py keeps the
 # two in step. Without ccache on this machine the build is the same, only uncached.
@@ -44,7 +44,7 @@ if [ ! -d "$bsrc/vendor/llama.cpp" ]; then
 fi
 build="$work/build-sdist-$version-cpu"
 mkdir -p "$cache/ccache"
-export CCACHE_DIR="$cache/ccache" CCACHE_BASEDIR="$work"
+export CCACHE_DIR="$cache/ccache" CCACHE_BASEDIR="$work" LANG=C LC_ALL=C LC_CTYPE=C LC_MESSAGES=C
 cmake -S "$bsrc/vendor/llama.cpp" -B "$build" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_CCACHE=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF >&2

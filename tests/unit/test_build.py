@@ -179,6 +179,8 @@ def test_build_script_configures_builds_and_stages(tmp_path):
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash" and "set -euo pipefail" in lines
     assert "export CCACHE_DIR=/var/cache/cc" in lines
+    # a fixed locale: ccache hashes these, so another host's (or the test bed's) objects hit
+    assert all(f"export {name}=C" in lines for name in ("LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES"))
     assert 'export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"' in lines
     assert " ".join(p["configure"]) in lines
     assert lines[-1] == f"cp {p['build_dir']}/bin/llama-server {p['staging']}/bin/llama-server"

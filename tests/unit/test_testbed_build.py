@@ -62,5 +62,8 @@ def test_same_layout_under_the_work_dir():
     # Both relativise paths at the work dir, which is what makes the two builds' compiler command lines equal.
     assert plan["env"]["CCACHE_BASEDIR"] == "/w"
     assert re.search(r'CCACHE_BASEDIR="\$work"', text)
+    # ccache hashes the locale variables: both builds set the same values.
+    exported = dict(re.findall(r'\b(LANG|LC_[A-Z]+)=(\S+)', re.search(r'^export CCACHE_DIR=.*$', text, re.M).group(0)))
+    assert exported == {name: plan["env"][name] for name in build.CCACHE_LOCALE}
     assert plan["build"][plan["build"].index("--target") + 1:][0] == "llama-server"
     assert "--target llama-server" in text
