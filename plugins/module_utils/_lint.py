@@ -39,6 +39,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts impo
 
 # ------------------------------------------------------------------ entry points
 
+
 def lint_llamacpp(config: Mapping[str, Any], target: Mapping[str, Any] | None = None,
                   draft: Mapping[str, Any] | None = None, compat: Mapping[str, Any] | None = None,
                   build: Any = None) -> dict[str, Any]:

@@ -76,7 +76,6 @@ def finding(code: str, reason: str, fix: str) -> dict[str, str]:
     return {"code": code, "reason": reason, "fix": fix}
 
 
-
 class _Run:
     """Accumulates findings and the predicted outcome while walking llama-server's start-up."""
 
@@ -695,4 +694,3 @@ def _drafter_kv(run: _Run, chain: list[str], config: Mapping[str, Any], target: 
         f"window on the --spec-draft-device{size}. The field notes lost a DSpark deployment to this (OOM at the "
         "first draft graph after /health answered)",
         "size it with llmfleet.specdec.kv_budget; prefer a skewed -ts over a context cut when the full window matters"))
-

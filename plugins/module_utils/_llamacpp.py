@@ -133,7 +133,6 @@ def _canonical_type(name: str, build: int | None) -> str:
     return "draft-mtp" if name == "mtp" and build is not None and build < MTP_RENAME_BUILD else name
 
 
-
 def vocab_params(hdr: GGUFHeader) -> dict[str, Any]:
     """Vocabulary type, n_tokens, bos/eos ids and add flags as llama.cpp ends up with them.
 

@@ -43,7 +43,6 @@ class UnitOverrideError(SpecdecError):
         self.details = details
 
 
-
 # ------------------------------------------------------------------ names and paths
 
 
@@ -104,14 +103,11 @@ def unit_from_rollback_unit(name: str) -> str | None:
     return None
 
 
-
-
 def journal_tail(unit: str, lines: Sequence[str], count: int = 15) -> str:
     """The last journal lines, for the end of an error message."""
     if not lines:
         return ""
     return f"\nLast journal lines of {unit}:\n" + "\n".join(lines[-count:])
-
 
 
 # ------------------------------------------------------------------ the dead-man script and timer

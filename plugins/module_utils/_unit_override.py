@@ -165,8 +165,6 @@ def http_get(url: str, timeout: float) -> Tuple[int, str]:
         return 0, str(exc)
 
 
-
-
 # ------------------------------------------------------------------ the vehicle
 
 

@@ -136,7 +136,7 @@ def test_read_env_values_reads_what_systemd_passes_on() -> None:
 def test_render_env_file_and_dropin() -> None:
     paths = sd.override_paths("llama-server.service", run_dir="/run")
     config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": None,
-                                         "LLAMA_ARG_CACHE_TYPE_K": None})
+                                              "LLAMA_ARG_CACHE_TYPE_K": None})
     env = envfile.render_env_file(paths.unit, config)
     assert env.splitlines()[3:] == ["LLAMA_ARG_SPEC_TYPE=draft-simple"]
     assert all(line.startswith("#") for line in env.splitlines()[:3])
