@@ -16,20 +16,42 @@ export LLAMA_CPP_PYTHON_VERSION
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all venv collection tools conventions llama-server models win-models benchmark-calibration demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
+.PHONY: all packages prepare images venv collection tools conventions llama-server models win-models benchmark-calibration demo test test-unit test-integration lint sanity benchmark benchmark-ab clean molecule
 
 all: test
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
-	@command -v cmake >/dev/null && command -v g++ >/dev/null || { \
-	  echo "installing build tools (cmake, g++) with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make >/dev/null; }
+	@command -v cmake >/dev/null && command -v g++ >/dev/null && command -v ccache >/dev/null || { \
+	  echo "installing build tools (cmake, g++, ccache) with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make ccache >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-test.txt
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Every Debian package the targets below install when it is missing, in one apt-get run, so that `prepare` never
+# has two apt-gets waiting on each other's lock. Each package is named after the command it brings.
+DEB_PACKAGES := cmake g++ make ccache shellcheck podman runc debootstrap
+packages:
+	@missing=""; for p in $(DEB_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+
+# What `make test` builds once and caches under $(CACHE): llama-server, the vLLM venv and models, the maintainer
+# tools, the container images and the test models. Side by side, because on a machine without the caches the compile
+# keeps the CPUs busy while the rest mostly waits on downloads and the disk; with the caches warm each is a check.
+prepare: packages venv collection
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j4 --output-sync=target llama-server vllm-testbed tools images models win-models; \
+	rc=$$?; echo "prepare: $$((SECONDS - start)) s"; exit $$rc
+
+# The container images: the systemd host, the SSH host, the execution environment and the build host.
+images: venv
+	@$(container_tools)
+	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+	tests/testbed/build_host_image.sh | tail -1 && molecule/ssh/build_image.sh | tail -1 && \
+	tests/ee/build_ee.sh | tail -1 && molecule/build/build_image.sh | tail -1
 
 # Maintainer tools (requirements-lint.txt) in their own venv, cached outside the repository by a hash of that file,
 # so a change of pin builds a fresh one and the heavy ansible-lint and galaxy-importer never enter .venv.
@@ -104,12 +126,18 @@ test-unit: venv collection
 test-integration: venv collection llama-server vllm-testbed
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q tests/integration
 
-# Everything CI runs: lint, sanity, unit, integration (real llama-server).
-test: venv collection llama-server vllm-testbed
+# Everything CI runs: lint, sanity, the ecosystem's checks, real systemd (Molecule), unit and integration tests.
+# The light Molecule scenarios (no speed measured: serving, failures, the dead-man, env files, SSH) run in two
+# lanes side by side; the scenarios that measure speed run one at a time, alone on the machine.
+MOLECULE_LANE_A ?= default failures deadman
+MOLECULE_LANE_B ?= envfile ssh
+MOLECULE_ALONE ?= ab abfaults win watch fleet vllm
+test: prepare
 	$(PY) -m ruff check .
 	$(PY) tests/sanity/run.py
 	$(MAKE) --no-print-directory conventions
-	$(MAKE) --no-print-directory molecule
+	$(MAKE) --no-print-directory -j2 --output-sync=target molecule-lane-a molecule-lane-b
+	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
 	$(MAKE) --no-print-directory molecule-build
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
 
@@ -185,6 +213,12 @@ molecule: venv collection llama-server models win-models
 	done; \
 	echo "molecule: $$passed passed, $$failed failed"; \
 	[ $$failed -eq 0 ]
+
+.PHONY: molecule-lane-a molecule-lane-b
+molecule-lane-a:
+	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_A)"
+molecule-lane-b:
+	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_B)"
 
 # llama.cpp built from the sdist inside a systemd container (molecule/build): role llamacpp_build serving
 # through llamacpp_serve, a failed build, switching back, a prebuilt tarball, retention, toolkit checks, and
