@@ -14,6 +14,8 @@
   "runs on" cell says what the imports say (``runs_on``: "hosts" when a module imports it, directly or through
   other module_utils, since AnsiballZ ships it to the host; "controller" when an action, filter or plugin_util
   does).
+- no file of plugins/module_utils or plugins/plugin_utils passes ``MAX_ROOM_LINES`` lines, but a generated table
+  (its header says GENERATED): a room that grows past it is split along its seams (docs/architecture.md).
 Prints one line per file that misses something, then 'N problems'; exits non-zero on any.
 """
 from __future__ import annotations
@@ -239,6 +241,21 @@ def architecture_problems() -> list[str]:
     return problems + runs_on_problems(text)
 
 
+MAX_ROOM_LINES = 750
+
+
+def size_problems() -> list[str]:
+    """Rooms over ``MAX_ROOM_LINES`` lines, a generated table aside."""
+    problems = []
+    for folder in ("module_utils", "plugin_utils"):
+        for path in sorted((ROOT / "plugins" / folder).glob("*.py")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if len(lines) > MAX_ROOM_LINES and not any("GENERATED" in line for line in lines[:5]):
+                problems.append(f"{path.relative_to(ROOT)}: {len(lines)} lines, over {MAX_ROOM_LINES} (split it along its "
+                                "seams and give the new room a row in docs/architecture.md)")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     fix = "--fix-headers" in argv
     problems = []
@@ -249,7 +266,7 @@ def main(argv: list[str]) -> int:
                 print(f"{path.relative_to(ROOT)}: license header added")
             else:
                 problems.append(f"{path.relative_to(ROOT)}: no license header (run tests/sanity/conventions.py --fix-headers)")
-    problems += filter_problems() + role_problems() + license_problems() + architecture_problems()
+    problems += filter_problems() + role_problems() + license_problems() + architecture_problems() + size_problems()
     for problem in problems:
         print(problem)
     print(f"{len(problems)} problems")

@@ -173,3 +173,14 @@ def test_a_runs_on_cell_that_the_imports_contradict_is_named():
     assert len(problems) == 1 and "_stats.py runs on controller and hosts" in problems[0]
     # A module with an action plugin of its name is documentation only: what it imports does not run on hosts.
     assert module.runs_on()["_report_args.py"] == {"controller"}
+
+
+def test_a_room_over_the_line_limit_is_named_but_a_generated_table_is_not(conventions, tmp_path):
+    mu = tmp_path / "plugins" / "module_utils"
+    mu.mkdir(parents=True)
+    header = "# Copyright: (c) 2026, llmfleet.specdec contributors\n"
+    (mu / "_big.py").write_text(header + "x = 1\n" * conventions.MAX_ROOM_LINES)
+    (mu / "_table.py").write_text(header + "# GENERATED - do not edit\n" + "x = 1\n" * 2000)
+    (mu / "_small.py").write_text(header + "x = 1\n" * 10)
+    problems = conventions.size_problems()
+    assert len(problems) == 1 and problems[0].startswith("plugins/module_utils/_big.py: 751 lines, over 750")
