@@ -223,7 +223,7 @@ molecule-lane-b:
 # llama.cpp built from the sdist inside a systemd container (molecule/build): role llamacpp_build serving
 # through llamacpp_serve, a failed build, switching back, a prebuilt tarball, retention, toolkit checks, and
 # role vllm_serve with unit_override on a stand-in vllm. The compiler cache lives in $(CACHE)/ccache, outside
-# the repository: the first run compiles llama-server (minutes), later runs mostly hit the cache. Its container is
+# the repository: the test bed's llama-server build fills it with the same compile first, so even a first run mostly hits it. Its container is
 # named specdec-build, not specdec-molecule-<scenario> (the names `make molecule` sweeps), so the two targets
 # never remove each other's containers.
 .PHONY: molecule-build
