@@ -21,12 +21,16 @@ if [ ! -f "$sdist" ]; then
   $pip_cmd download --quiet --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$cache" >&2
 fi
 
-src="$cache/src-$version"
-if [ ! -d "$src/vendor/llama.cpp" ]; then
-  rm -rf "$src.tmp" && mkdir -p "$src.tmp"
-  tar -C "$src.tmp" --strip-components=1 -xzf "$sdist"
-  rm -rf "$src" && mv "$src.tmp" "$src"
-fi
+# Unpacks the sdist into $1 once (through $1.tmp, so an interrupted unpack is never taken for a whole one).
+unpack() {
+  [ -d "$1/vendor/llama.cpp" ] && return 0
+  rm -rf "$1.tmp" && mkdir -p "$1.tmp"
+  tar -C "$1.tmp" --strip-components=1 -xzf "$sdist"
+  rm -rf "$1" && mv "$1.tmp" "$1"
+}
+
+# The pinned llama.cpp tree the project reads as the authority on llama.cpp's behaviour.
+unpack "$cache/src-$version"
 
 jobs="${LLAMA_BUILD_JOBS:-$(nproc)}"
 # The compile mirrors what role llamacpp_build does on a host for molecule/build (plugins/module_utils/_build.py:
@@ -37,11 +41,7 @@ jobs="${LLAMA_BUILD_JOBS:-$(nproc)}"
 # two in step. Without ccache on this machine the build is the same, only uncached.
 work="$cache/llamacpp-build"
 bsrc="$work/src/llama_cpp_python-$version"
-if [ ! -d "$bsrc/vendor/llama.cpp" ]; then
-  rm -rf "$bsrc.tmp" && mkdir -p "$bsrc.tmp"
-  tar -C "$bsrc.tmp" --strip-components=1 -xzf "$sdist"
-  rm -rf "$bsrc" && mv "$bsrc.tmp" "$bsrc"
-fi
+unpack "$bsrc"
 build="$work/build-sdist-$version-cpu"
 mkdir -p "$cache/ccache"
 export CCACHE_DIR="$cache/ccache" CCACHE_BASEDIR="$work" LANG=C LC_ALL=C LC_CTYPE=C LC_MESSAGES=C
