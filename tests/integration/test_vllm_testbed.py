@@ -14,19 +14,17 @@ GENERATOR = ROOT / "tests" / "testbed" / "vllm_models.py"
 
 
 def test_models_are_byte_identical_on_every_run(tmp_path):
-    """Two fresh runs write the same bytes, and the cached set (make vllm-testbed) is that set."""
+    """A fresh run writes the bytes of the cached set (make vllm-testbed wrote it in another process, earlier)."""
     python = str(find_vllm_venv() / "bin" / "python")
-    for name in ("a", "b"):
-        proc = subprocess.run([python, str(GENERATOR), str(tmp_path / name)], capture_output=True, text=True,
-                              timeout=600, check=False)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run([python, str(GENERATOR), str(tmp_path / "a")], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     first = json.loads((tmp_path / "a" / "index.json").read_text())
-    second = json.loads((tmp_path / "b" / "index.json").read_text())
+    second = json.loads((find_vllm_models() / "index.json").read_text())
     assert first == second
     assert set(first["files"]) >= {"target/model.safetensors", "draft/model.safetensors", "target/tokenizer.json"}
     # the draft shares the target's tokenizer and chat template byte for byte
     assert first["files"]["draft/tokenizer.json"] == first["files"]["target/tokenizer.json"]
-    assert json.loads((find_vllm_models() / "index.json").read_text())["files"] == first["files"]
     # a complete set is kept: the second call on the same folder writes nothing
     before = (tmp_path / "a" / "target" / "model.safetensors").stat().st_mtime_ns
     subprocess.run([python, str(GENERATOR), str(tmp_path / "a")], capture_output=True, timeout=600, check=True)
