@@ -28,10 +28,9 @@ def _calibration():
     return module
 
 
-def test_one_aa_run_of_the_tiny_bed_is_measured_in_order_and_judged(standard_models: dict[str, Path],
-                                                                     llama_server_bin: str, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_aa_run_of_the_tiny_bed_is_measured_in_order_and_judged(
+        standard_models: dict[str, Path], llama_server_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     calibration = _calibration()
     # the tiny bed reads <cache>/demo-models/target.gguf: the session's standard set is that set
     (tmp_path / "demo-models").symlink_to(standard_models["target.gguf"].parent, target_is_directory=True)

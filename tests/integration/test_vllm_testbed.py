@@ -29,4 +29,3 @@ def test_models_are_byte_identical_on_every_run(tmp_path):
     before = (tmp_path / "a" / "target" / "model.safetensors").stat().st_mtime_ns
     subprocess.run([python, str(GENERATOR), str(tmp_path / "a")], capture_output=True, timeout=600, check=True)
     assert (tmp_path / "a" / "target" / "model.safetensors").stat().st_mtime_ns == before
-
