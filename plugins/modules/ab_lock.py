@@ -206,11 +206,12 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_if=[("state", "present", ("expires_after", "owner")), ("state", "absent", ("owner",))])
     params = dict(module.params)
+
+    def run(argv: object) -> object:
+        return module.run_command(list(argv))  # type: ignore[call-overload]
+
     try:
         params["state_mode"] = _mode(params["state_mode"])
-        def run(argv: object) -> object:
-            return module.run_command(list(argv))  # type: ignore[call-overload]
-
         if params["state"] == "present":
             result = _host_state.acquire(params, run=run, check_mode=module.check_mode)
         elif params["state"] == "query":
