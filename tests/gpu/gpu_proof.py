@@ -104,7 +104,7 @@ def now() -> str:
 def run_text(argv: list[str], timeout: float = 60) -> str:
     """stdout+stderr of a short command, or the reason it could not run."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({argv[0]}: {exc})"
     return (done.stdout + done.stderr).strip()
@@ -337,7 +337,7 @@ def run_module(name: str, args: dict[str, Any], pythonpath: list[Path], timeout:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, pythonpath)), LC_ALL="C")
     done = subprocess.run([sys.executable, str(ROOT / "plugins" / "modules" / f"{name}.py")],
                           input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, check=False)
     try:
         result = json.loads(done.stdout)
     except ValueError:
@@ -607,8 +607,7 @@ class Proof:
             rec[role] = {"path": str(path), "bytes": path.stat().st_size, "parameters": parameters(path),
                          "layers": spec.n_layer, "write_s": round(time.monotonic() - start, 1)}
         s = SHAPES[self.backend]
-        rec["shape"] = {k: v for k, v in s.items()} | {"matrix_type": "f16", "weights": "tiled",
-                                                       "target_layers_past_first": "output projections x 0"}
+        rec["shape"] = dict(s, matrix_type="f16", weights="tiled", target_layers_past_first="output projections x 0")
 
     # ----------------------------------------------------------------------------------------- 3. gpu_info
 
@@ -680,8 +679,8 @@ class Proof:
             if "skipped" in c:
                 self.finding(f"KV case {c['name']!r} not run: {c['skipped']}")
             elif not c.get("match"):
-                problems = c.get("error") or "; ".join(f"{r}: {', '.join(c[r]['problems'])}"
-                                                         for r in ("target", "draft") if c.get(r, {}).get("problems"))
+                problems = c.get("error") or "; ".join(
+                    f"{r}: {', '.join(c[r]['problems'])}" for r in ("target", "draft") if c.get(r, {}).get("problems"))
                 more = f"; {c['extra_contexts_printed']} more contexts printed" if c.get("extra_contexts_printed") else ""
                 self.finding(f"KV case {c['name']!r}: prediction and server disagree ({problems}{more})")
         free = next((c["llama_free"] for c in ran if c.get("llama_free")), None)
@@ -745,8 +744,8 @@ class Proof:
         (self.out / "ab-run.json").write_text(json.dumps({"run": run, "judged": judged}, default=str) + "\n")
         cand = judged["configs"][names[1]]
         rec["status_of"] = {n: judged["configs"][n]["status"] for n in names}
-        rec["candidate"] = {k: cand.get(k) for k in ("status", "problems", "lossless", "texts_compared", "engaged",
-                                                      "draft_n", "acceptance")}
+        keys = ("status", "problems", "lossless", "texts_compared", "engaged", "draft_n", "acceptance")
+        rec["candidate"] = {k: cand.get(k) for k in keys}
         rec["verdicts"] = {
             s: {k: row.get(k) for k in ("median_tok_s", "tok_s", "speedup", "ci_low", "ci_high", "ci_scheme", "n",
                                         "ci_verdict", "verdict", "acceptance", "mean_accepted_len")}
