@@ -501,11 +501,15 @@ class Proof:
             sys.path.insert(0, str(p))
         self.machine()
         build = self.start_build()
-        self.step("models", self.write_models)
-        self.step("gpu_info", self.gpu_info)
-        self.step("build", lambda rec: self.finish_build(build, rec))
-        self.step("kv", self.kv, needs=("build", "models"))
-        self.step("ab", self.ab, needs=("build", "models"))
+        try:
+            self.step("models", self.write_models)
+            self.step("gpu_info", self.gpu_info)
+            self.step("build", lambda rec: self.finish_build(build, rec))
+            self.step("kv", self.kv, needs=("build", "models"))
+            self.step("ab", self.ab, needs=("build", "models"))
+        finally:  # the compile runs in its own session: never leave it behind
+            if build is not None and build.proc is not None and build.proc.poll() is None:
+                build.wait(0)
         steps = self.summary["steps"]
         self.summary["ok"] = all(s["status"] == "ok" for s in steps.values()) and not self.summary["findings"]
         self.summary["finished"] = now()
