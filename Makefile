@@ -141,8 +141,8 @@ test-integration: venv collection llama-server vllm-testbed
 # - MOLECULE_ALONE: scenarios whose result is a speed itself (molecule/win's win), one at a time, nothing beside.
 # A new scenario: light if it measures no speed, alone if what it shows is a speed, else an A/B lane; within a
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
-MOLECULE_LANE_A ?= default failures deadman
-MOLECULE_LANE_B ?= envfile ssh
+MOLECULE_LANE_A ?= default deadman
+MOLECULE_LANE_B ?= envfile ssh failures
 MOLECULE_AB_LANE_A ?= vllm ab
 MOLECULE_AB_LANE_B ?= abfaults fleet watch
 MOLECULE_ALONE ?= win
