@@ -143,8 +143,8 @@ test-integration: venv collection llama-server vllm-testbed
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
-MOLECULE_AB_LANE_A ?= vllm ab
-MOLECULE_AB_LANE_B ?= abfaults fleet watch
+MOLECULE_AB_LANE_A ?= vllm fleet watch
+MOLECULE_AB_LANE_B ?= ab abfaults
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
 stage := tests/suite/stage.sh
