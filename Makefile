@@ -173,9 +173,9 @@ test-lane-a:
 test-lane-b:
 	@$(stage) "molecule light B" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_B)"
 test-ab-lane-a:
-	@$(stage) "molecule A/B A" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_A)"
+	@$(stage) "molecule measuring A" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_A)"
 test-ab-lane-b:
-	@$(stage) "molecule A/B B" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_B)"
+	@$(stage) "molecule measuring B" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_B)"
 test-alone:
 	@$(stage) "molecule alone" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
 test-build:

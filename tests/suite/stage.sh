@@ -8,6 +8,7 @@ set -uo pipefail
 name=${1:?usage: stage.sh NAME COMMAND [ARGS...]}
 shift
 [ $# -gt 0 ] || { echo "stage.sh: no command given for stage $name" >&2; exit 2; }
+case $name in */*) echo "stage.sh: a stage's name may not contain '/' (it separates a stage from its parent): $name" >&2; exit 2;; esac
 full=${SPECDEC_STAGE_PARENT:+$SPECDEC_STAGE_PARENT/}$name
 start=$(date +%s)
 rc=0
