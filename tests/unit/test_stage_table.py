@@ -59,3 +59,11 @@ def test_a_name_with_a_slash_is_refused(tmp_path: Path) -> None:
     tsv = tmp_path / "stages.tsv"
     assert stage(tsv, "a/b", "true") == 2
     assert not tsv.exists()
+
+
+def test_rows_of_scenarios_without_their_lane_still_print(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    tsv.write_text("lane/ab\t10\t80\tFAILED (exit 2)\nlane/abfaults\t90\t400\tok\n")
+    printed = table(tsv)
+    assert printed.returncode == 1
+    assert printed.stdout.splitlines()[-1] == "total: 480 s (8.0 minutes); 1 failed: lane/ab"
