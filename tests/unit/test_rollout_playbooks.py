@@ -99,9 +99,9 @@ def test_a_unit_an_ab_run_holds_is_refused_naming_the_holder(pb: str, extra: lis
                     f"specdec_results_dir={tmp_path / 'results'}", "-e", f"specdec_env_file={env_file}", *extra)
     assert proc.returncode != 0
     text = said(proc)
-    assert "llama-server on specdec-demo is in use: an A/B run holds its lock" in text
-    assert "run 20261201T080000Z-a1 from controller awx-job-17, pid 4242" in text
-    assert "-e specdec_force=true goes ahead anyway" in text
+    assert "llama-server" in text and "on specdec-demo is busy" in text
+    assert "run 20261201T080000Z-a1 from controller awx-job-17" in text
+    assert "specdec_force=true" in text
     assert env_file.read_text() == "LLAMA_ARG_PORT=8080\n"
 
 
