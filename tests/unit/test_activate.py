@@ -333,8 +333,8 @@ POINTS = {
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_module_killed_mid_switch_leaves_a_host_that_puts_the_old_build_back(tmp_path: Path, health_port: int,
-                                                                                 point: str, monkeypatch) -> None:
+def test_a_module_killed_mid_switch_leaves_a_host_that_puts_the_old_build_back(
+        tmp_path: Path, health_port: int, point: str, monkeypatch) -> None:
     (tmp_path / "llamacpp-build.json").write_text('{"version": "old"}\n')
     host = Host(tmp_path, port=health_port, loads={"old-cpu": True, "new-cpu": point.startswith("in the module's") is False})
     where, call = POINTS[point]

@@ -51,7 +51,7 @@ def own_inventory(tmp_path: Path) -> str:
 def test_a_limit_of_ones_own_inventory_is_what_each_play_targets(pb: str, own_inventory: str) -> None:
     proc = playbook(pb, "-l", "my-box", "--list-hosts", inventory=own_inventory)
     assert proc.returncode == 0, said(proc)
-    plays = [block for block in proc.stdout.split("play #")[1:]]
+    plays = proc.stdout.split("play #")[1:]
     assert plays and all("my-box" in block for block in plays), proc.stdout
 
 
