@@ -16,8 +16,10 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import par
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs, server_key
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
 
-# A config with one of these statuses is never a winner, so later rounds do not measure it.
-_DROPPED = (_judge.INVALID, _judge.NOT_ENGAGED, _judge.FAILED, _judge.INCOMPLETE)
+# A config with one of these statuses is never a winner whatever later rounds measure (its text differs, or it
+# does not draft: properties of the config), so they do not measure it. A FAILED or INCOMPLETE config is measured
+# on: its failure may be the host's, and every round's evidence goes into the report.
+_DROPPED = (_judge.INVALID, _judge.NOT_ENGAGED)
 
 
 def _sweep_value(config: str, name: Any, value: Any) -> str | None:
@@ -139,7 +141,7 @@ def ab_look(run: dict[str, Any]) -> dict[str, Any]:
     which configs the next round measures.
 
     A candidate is measured again while the sequential design has not decided it (WIN, LOSS or futile) and
-    its status can still make it a winner (not INVALID, NOT ENGAGED, FAILED or INCOMPLETE); a drafter probe
+    it is neither INVALID nor NOT ENGAGED (never a winner, whatever later rounds measure); a drafter probe
     while a config it serves is; the baseline while anything is. ``stop`` says the run is done.
     """
     try:
