@@ -97,10 +97,10 @@ def prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: 
     """The break-even arithmetic fed with this run's measurements, against the measured rate.
 
     A round costs the target's verification of K + 1 tokens and the drafter's work. Verification is measured
-    within the baseline's own start as a batch of K + 1 tokens on a cached prefix, in target steps (its time over
-    the time of a batch of one); without that measurement the arithmetic's 1.1 steps (a GPU) stand in. The
-    drafter's work is its prefill of the tokens a round accepts (measured the same way on the drafter probe) and
-    its K - 1 further single steps d_s; without the probe's batches, K steps of d_s.
+    within the baseline's own start: the time of a batch of K + 1 tokens on a cached prefix; without that
+    measurement the arithmetic's 1.1 target steps (a GPU) stand in. The drafter's work is its prefill of the
+    tokens a round accepts (measured the same way on the drafter probe) and its K - 1 further single steps d_s;
+    without the probe's batches, K steps of d_s.
     """
     reqs = cfg["shape_requests"].get(shape, [])
     if not row["median_tok_s"] or not base_row or not base_row.get("median_tok_s"):
@@ -142,35 +142,37 @@ def prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: 
         out["d_s_given_ms"] = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
     elif d_s is not None:
         d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given (inventory), not measured"
-    verify_steps, out["verify_source"] = be.VERIFY_FACTOR, "assumed: 1.1 target steps (no batch timing in this run)"
-    measured_verify = interpolate(base_costs or {}, k + 1) if (base_costs or {}).get(1) else None
+    verify_ms, out["verify_source"] = be.VERIFY_FACTOR * t_s, "assumed: 1.1 target steps (no batch timing in this run)"
+    measured_verify = interpolate(base_costs or {}, k + 1) if base_costs else None
     if measured_verify is not None:
-        verify_steps = measured_verify / base_costs[1]
-        out["verify_source"] = (f"measured on the baseline's start: a batch of {k + 1} tokens {measured_verify:.2f} ms "
-                                f"over a batch of 1 {base_costs[1]:.2f} ms")
-    out["verify_steps"] = verify_steps
-    draft_units = float(passes)  # the drafter's work in units of d_s
-    if passes and (probe_costs or {}).get(1):
-        prefill = interpolate(probe_costs, a)
-        if prefill is not None:
-            draft_units = prefill / probe_costs[1] + max(passes - 1, 0)
-            out["draft_source"] = (f"the drafter's prefill of {a:.2f} accepted tokens measured on the probe "
-                                   f"({prefill:.2f} ms, {prefill / probe_costs[1]:.2f} steps) + {max(passes - 1, 0)} steps")
-    out["draft_steps"] = draft_units
+        verify_ms = measured_verify
+        out["verify_source"] = (f"measured on the baseline's start: a batch of {k + 1} tokens on a cached prefix "
+                                f"{measured_verify:.2f} ms" + (f" (a batch of 1: {base_costs[1]:.2f} ms)"
+                                                               if base_costs.get(1) else ""))
+    out["verify_ms"], out["verify_steps"] = verify_ms, verify_ms / t_s if t_s > 0 else None
+    prefill_ms = interpolate(probe_costs, a) if passes and probe_costs else None
+    if prefill_ms is not None:
+        out["draft_source"] = (f"the drafter's prefill of {a:.2f} accepted tokens measured on the probe "
+                               f"({prefill_ms:.2f} ms) + {max(passes - 1, 0)} steps of d_s")
+
+    def draft_ms(step: float) -> float:
+        return prefill_ms + max(passes - 1, 0) * step if prefill_ms is not None else passes * step
+
     if d_s is not None:
-        predicted = 1000.0 * a / (draft_units * d_s + verify_steps * t_s)
-        # what verifying K+1 tokens cost, in target steps, if d_s is right
-        implied_verify = (1000.0 * a / row["median_tok_s"] - draft_units * d_s) / t_s if t_s > 0 else None
+        predicted = 1000.0 * a / (draft_ms(d_s) + verify_ms)
+        # what verifying K+1 tokens would cost, in target steps, if the drafter's part is right
+        implied_verify = (1000.0 * a / row["median_tok_s"] - draft_ms(d_s)) / t_s if t_s > 0 else None
         out.update(d_s_ms=d_s, predicted_tok_s=predicted, predicted_speedup=predicted / base_row["median_tok_s"],
-                   implied_d_s_ms=None, implied_verify_steps=implied_verify)
+                   implied_d_s_ms=None, implied_verify_steps=implied_verify,
+                   draft_steps=draft_ms(d_s) / d_s if d_s > 0 else None)
     else:
         # the d_s at which the arithmetic reproduces the measured rate
-        implied = (1000.0 * a / row["median_tok_s"] - verify_steps * t_s) / max(draft_units, 1e-9)
+        implied = (1000.0 * a / row["median_tok_s"] - verify_ms) / max(passes, 1e-9)
         out.update(d_s_ms=None, d_s_source="not given: implied by the measured rate", predicted_tok_s=None,
-                   predicted_speedup=None, implied_d_s_ms=implied)
+                   predicted_speedup=None, implied_d_s_ms=implied, draft_steps=float(passes))
         if implied < 0:
             out["note"] = (f"measured faster than the arithmetic allows even at d_s = 0: verification costs "
-                           f"less than {verify_steps:.2f} target steps here, or K is smaller than assumed")
+                           f"less than {verify_ms:.1f} ms here, or K is smaller than assumed")
     return out
 
 

@@ -78,3 +78,30 @@ def test_report_json_carries_the_confirmatory_object_of_contract_c3():
         assert row["verdict"] in ("WIN", "LOSS", "EQUIVALENT", "INCONCLUSIVE")
     assert conf["verdicts"]["d"]["verdict"] == "WIN" and conf["recommendation"] == "d"
     assert conf["restarts"]["used"] == len(run["entries"])
+
+
+def test_the_prediction_uses_the_verification_and_prefill_timed_within_the_starts():
+    draft = "/opt/specdec/models/draft.gguf"
+    run = make_run({
+        "baseline": {},
+        "d": dict(DRAFTER, speedup=1.5, k=4, metrics=True, drafts_per_request=8, per_pos=[8, 6, 4, 2],
+                  server_config={"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
+        "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
+                        "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},
+    }, rounds=2)
+    timed = {"baseline": {"1": 20.0, "5": 40.0}, "draft-alone": {"1": 2.0, "5": 4.0}}
+    for e in run["entries"]:
+        if e["config"] in timed:
+            e["bench"]["verify"] = {"batches": timed[e["config"]], "k": [4]}
+    judged = jd.judge(run, n_boot=100)
+    p = next(x for x in judged["prediction"] if x["config"] == "d" and x["shape"] == "prose")
+    a = p["expected_accepted"]
+    prefill = 2.0 + (4.0 - 2.0) * (a - 1.0) / 4.0  # linear between the probe's batches of 1 and 5
+    assert p["verify_ms"] == pytest.approx(40.0) and p["verify_source"].startswith("measured on the baseline's start")
+    assert p["predicted_tok_s"] == pytest.approx(1000.0 * a / (prefill + 3 * p["d_s_ms"] + 40.0))
+    assert "prefill" in p["draft_source"]
+    # without the batch timings the arithmetic's 1.1 target steps stand in, and the row says so
+    for e in run["entries"]:
+        e["bench"].pop("verify", None)
+    p = next(x for x in jd.judge(run, n_boot=100)["prediction"] if x["config"] == "d" and x["shape"] == "prose")
+    assert p["verify_ms"] == pytest.approx(1.1 * p["t_s_ms"]) and p["verify_source"].startswith("assumed")
