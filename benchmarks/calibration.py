@@ -280,17 +280,25 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
     ap.add_argument("--win-runs", type=int, default=2, help="real runs on the win bed; 0 skips")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per shape per server start")
+    ap.add_argument("--first-seed", type=int, default=0, help="seed of the first real run (to add runs to a saved set)")
     # one thread: with two on a machine whose cores are shared, llama.cpp's spinning thread barrier makes every
     # step wait for a descheduled thread
     ap.add_argument("--threads", type=int, default=1, help="threads of the win bed's server")
     ap.add_argument("--predict-rounds", type=int, default=2,
                     help="rounds of the prediction run (baseline, the draft alone, draft-simple at 2, 4, 8); 0 skips")
     ap.add_argument("--save", default=str(Path("results") / "calibration.json"), help="where the raw runs go (JSON)")
-    ap.add_argument("--load", help="re-judge saved real runs instead of measuring")
+    ap.add_argument("--load", nargs="+", help="re-judge saved runs instead of measuring (several files: their real runs "
+                                               "are pooled)")
     args = ap.parse_args(argv)
 
     if args.load:
-        saved = json.loads(Path(args.load).read_text())
+        saved = json.loads(Path(args.load[0]).read_text())
+        for more in args.load[1:]:
+            extra = json.loads(Path(more).read_text())
+            for bed, runs in (extra.get("runs") or {}).items():
+                saved.setdefault("runs", {}).setdefault(bed, []).extend(runs)
+            saved["simulation"] = saved.get("simulation") or extra.get("simulation")
+            saved["prediction"] = saved.get("prediction") or extra.get("prediction")
         if saved.get("simulation"):
             print_sim(saved["simulation"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
         for bed, runs in (saved.get("runs") or {}).items():
@@ -331,7 +339,7 @@ def main(argv: list[str]) -> int:
         t0 = time.monotonic()
         for i in range(count):
             saved["runs"][bed].append(role_run(bed_defs[bed], max_rounds=args.max_rounds, prompts=args.prompts,
-                                               seed=1000 * (bed == "win") + i))
+                                               seed=1000 * (bed == "win") + args.first_seed + i))
             print(f"{bed} run {i + 1}: {len(saved['runs'][bed][-1]['entries'])} starts", file=sys.stderr, flush=True)
             save()
         print_real(bed, judge_runs(saved["runs"][bed]), time.monotonic() - t0)
