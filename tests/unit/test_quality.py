@@ -7,7 +7,6 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.filter.promote import promote_env, promotion_record
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
