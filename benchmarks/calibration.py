@@ -287,8 +287,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--predict-rounds", type=int, default=2,
                     help="rounds of the prediction run (baseline, the draft alone, draft-simple at 2, 4, 8); 0 skips")
     ap.add_argument("--save", default=str(Path("results") / "calibration.json"), help="where the raw runs go (JSON)")
-    ap.add_argument("--load", nargs="+", help="re-judge saved runs instead of measuring (several files: their real runs "
-                                               "are pooled)")
+    ap.add_argument("--load", nargs="+",
+                    help="re-judge saved runs instead of measuring (several files: their real runs are pooled)")
     args = ap.parse_args(argv)
 
     if args.load:

@@ -54,7 +54,7 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (key == "alpha" and v == 0):
             raise ReportInputError(f"run.design.{key}: expected a share in ({lo:g}, {hi:g}), got {v!r}")
     v = d["min_speedup"]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 1.0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 1.0:
         raise ReportInputError(f"run.design.min_speedup: expected a speedup above 1 (such as 1.2), got {v!r}")
     v = d["max_rounds"]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:

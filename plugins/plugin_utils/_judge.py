@@ -65,13 +65,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
 )
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm, _design, _predict
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._design import INCONCLUSIVE
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._predict import (  # noqa: F401 (kept importable here)
-    DEFAULT_K,
-    P_ESTIMATE,
-    _config_k,
-    _drafter_of,
-    solve_p,
-)
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._predict import P_ESTIMATE, _config_k
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._run_check import check_run
 
 OK = "OK"
@@ -617,4 +611,3 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     judged["confirmatory"] = _confirm.confirmatory(judged, gathered, design)
     judged["recommendation"] = _confirm.recommend(judged)
     return judged
-

@@ -18,6 +18,7 @@ P_ESTIMATE = (
     "or, without /metrics, A(p, K) - 1 = acceptance * K; the plain p = acceptance would understate p "
     "because acceptance falls with the draft position")
 
+
 def _config_k(config: Mapping[str, Any], deltas: list[Mapping[str, Any]]) -> tuple[int, str]:
     """The draft depth K for the arithmetic, and where it came from."""
     k = config.get("k")
@@ -174,5 +175,3 @@ def prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: 
             out["note"] = (f"measured faster than the arithmetic allows even at d_s = 0: verification costs "
                            f"less than {verify_ms:.1f} ms here, or K is smaller than assumed")
     return out
-
-

@@ -555,8 +555,8 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
         lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}) | config | verdict | speedup "
                      f"[simultaneous interval] | noise | smallest findable")
         for name, v in conf["verdicts"].items():
-            lines.append(" | ".join(["confirmatory", name, v["verdict"] + (f" ({v['stopped']}, round {v['look']})"
-                                                                          if v.get("stopped") else ""),
+            stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
+            lines.append(" | ".join(["confirmatory", name, v["verdict"] + stopped,
                                      _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
                                      _num(v["mde"], "{:.2f}x")]))
     lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")

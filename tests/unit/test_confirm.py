@@ -47,8 +47,8 @@ def test_the_endpoint_weighs_the_measured_shapes_equally_a_declared_mix_or_one_s
     assert _confirm.weights_of(None, shapes, {})[0] == {"prose": 0.5, "echo": 0.5}
     assert _confirm.weights_of({"echo": 1.0}, shapes, {})[1].startswith("the declared traffic mix")
     assert _confirm.weights_of({"echo": 1.0}, shapes, {"primary_shape": "prose"})[0] == {"prose": 1.0}
-    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup={"prose": 2.0, "echo": 1.0, "structured": 1.0,
-                                                               "identity": 1.0}, start=START)}, rounds=3)
+    speedup = {"prose": 2.0, "echo": 1.0, "structured": 1.0, "identity": 1.0}
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=speedup, start=START)}, rounds=3)
     run["design"] = {"primary_shape": "prose", "sequential": False}
     conf = jd.judge(run, n_boot=100)["confirmatory"]
     assert conf["weights"] == {"prose": 1.0} and conf["verdicts"]["d"]["ratio"] == pytest.approx(2.0, rel=0.01)

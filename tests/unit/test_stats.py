@@ -15,6 +15,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _predict as pr
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -179,9 +180,9 @@ def test_first_divergence():
 def test_solve_p_inverts_expected_accepted():
     for k in (1, 3, 7):
         for p in (0.1, 0.45, 0.8):
-            assert jd.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
-    assert jd.solve_p(1.0, 3) == 0.0
-    assert jd.solve_p(9.0, 3) == 1.0
+            assert pr.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
+    assert pr.solve_p(1.0, 3) == 0.0
+    assert pr.solve_p(9.0, 3) == 1.0
 
 
 # ---------------------------------------------------------------------------------------------
