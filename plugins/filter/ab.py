@@ -73,12 +73,13 @@ def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline", see
     order per round (recorded in the slots, so the report shows it and a rerun with the same seed repeats it).
 
     A random order balances positions on average: no config always runs right after a restart of a slow
-    neighbour or in the first slot of a round. Two slots in a row never need the same server (the same
-    rendering, or the same config across a round's boundary), because a candidate applied again over itself
-    would not restart and would share the earlier slot's server start. ``configs`` are names, or configs
+    neighbour or in the first slot of a round. Two slots in a row never need the same candidate's server (the
+    same rendering, or the same config across a round's boundary), because a candidate applied again over itself
+    would not restart and would share the earlier slot's server start; the baseline's slot restarts production
+    itself, so it may follow itself. ``configs`` are names, or configs
     ({name, env, flags}): then configs that render the same server are told apart by the rendering. Each slot:
     ``config``, ``round``, ``order`` (its position in the round), ``server`` (the rendering's index) and
-    ``restart`` (always true: the baseline slot restarts production, see measure.yml).
+    ``restart`` (always true: the baseline slot restarts production, see measure.yml) and ``baseline``.
     """
     try:
         rounds = int(rounds)
@@ -99,21 +100,23 @@ def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline", see
     plan: list[dict[str, Any]] = []
     previous = None
     for r in range(rounds):
-        order = _round_order(names, servers, random.Random(f"{seed}:{r}"), previous)
+        order = _round_order(names, servers, random.Random(f"{seed}:{r}"), previous, servers.get(baseline))
         previous = servers[order[-1]] if order else previous
-        plan += [{"config": n, "round": r, "order": i, "server": servers[n], "restart": True}
-                 for i, n in enumerate(order)]
+        plan += [{"config": n, "round": r, "order": i, "server": servers[n], "restart": True,
+                  "baseline": n == baseline} for i, n in enumerate(order)]
     return plan
 
 
-def _round_order(names: list[str], servers: dict[str, int], rng: random.Random, previous: int | None) -> list[str]:
-    """A random order in which no two neighbours (nor the first and the previous round's last) share a server;
-    where that cannot be (every config the same server), the plain random order."""
+def _round_order(names: list[str], servers: dict[str, int], rng: random.Random, previous: int | None,
+                 restarts_itself: int | None) -> list[str]:
+    """A random order in which no two neighbours (nor the first and the previous round's last) share a
+    candidate's server; the baseline's slot restarts production itself, so it may follow itself (with two
+    configs a stricter rule would fix the order of every round). Where it cannot be, the plain random order."""
     for _attempt in range(200):
         order = list(names)
         rng.shuffle(order)
         chain = ([previous] if previous is not None else []) + [servers[n] for n in order]
-        if all(a != b for a, b in zip(chain, chain[1:])):
+        if all(a != b or a == restarts_itself for a, b in zip(chain, chain[1:])):
             return order
     return order
 
@@ -127,7 +130,7 @@ def ab_round(schedule: list[dict[str, Any]], round_: int, active: list[str], pre
     last = previous
     pending = list(slots)
     while pending:
-        pick = next((s for s in pending if s.get("server") != last), pending[0])
+        pick = next((s for s in pending if s.get("server") != last or s.get("baseline")), pending[0])
         pending.remove(pick)
         out.append(pick)
         last = pick.get("server")

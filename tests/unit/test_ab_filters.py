@@ -70,9 +70,15 @@ def test_schedule_is_every_config_every_round_on_a_fresh_start_in_a_seeded_order
     # the same seed repeats the plan, another seed gives another
     assert ab_schedule(["baseline", "a", "b", "c"], 40, "baseline", 7) == plan
     assert ab_schedule(["baseline", "a", "b", "c"], 40, "baseline", 8) != plan
-    # never the same config twice in a row, not even across a round's boundary: a start is never shared
+    # never the same candidate twice in a row, not even across a round's boundary: a start is never shared (the
+    # baseline's slot restarts production itself, so it may follow itself)
     flat = [p["config"] for p in plan]
-    assert all(x != y for x, y in zip(flat, flat[1:]))
+    assert all(x != y or x == "baseline" for x, y in zip(flat, flat[1:]))
+    assert [p["baseline"] for p in plan] == [p["config"] == "baseline" for p in plan]
+    # with two configs, both orders still occur (a rule against the baseline following itself would fix them)
+    two = ab_schedule(["baseline", "d"], 20, "baseline", 5)
+    assert {tuple(p["config"] for p in two if p["round"] == r) for r in range(20)} == {("baseline", "d"),
+                                                                                      ("d", "baseline")}
     # positions balance: over 40 rounds every config takes every position (a rotation by one never gave the
     # baseline the first slot of round 1 with 3 rounds and 4 configs)
     for name in ("baseline", "a", "b", "c"):
