@@ -235,7 +235,10 @@ def test_vllm_unit_keeps_a_promotion_on_redeploy(tmp_path):
     report = {"run_id": "20261201T000000Z", "host": "frank-zealot", "baseline": "baseline",
               "configs": [{"name": "baseline", "server_config": {}},
                           {"name": "ngram", "server_config": {"VLLM_SPECULATIVE_CONFIG": ngram, "HF_HOME": None}}],
-              "verdicts": [{"config": "ngram", "shape": "echo", "status": "OK", "verdict": "win", "speedup": 1.4}]}
+              "verdicts": [{"config": "ngram", "shape": "echo", "status": "OK", "verdict": "win", "speedup": 1.4}],
+              "confirmatory": {"endpoint": "e2e", "weights": {"echo": 1.0}, "alpha": 0.05,
+                               "verdicts": {"ngram": {"verdict": "WIN", "ratio": 1.4, "low": 1.2, "high": 1.6}},
+                               "recommendation": "ngram"}}
     record = promotion_record(report, "ngram", promoted_at="2026-12-01T01:00:00+00:00")
     out = render(tmp_path / "promoted", "-l", "frank-zealot", "-e", json.dumps({"vllm_serve_promotion": record}))
     text = (out / "frank-zealot" / "vllm.env").read_text()
