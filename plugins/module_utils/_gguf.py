@@ -28,6 +28,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GG
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf_source import (
     DEFAULT_FIRST_READ,
     FileSource,
+    HeaderBuffer,
     HttpSource,
     open_source,
 )
@@ -48,8 +49,6 @@ MAX_TENSOR_COUNT = 1 << 16
 # GGUF specification's 65,535 bytes, all of them together at 8 MiB (real models: a few KiB in all).
 MAX_KEY_BYTES = 65535
 MAX_KEY_NAME_BYTES = 8 * 1024 * 1024
-# The most bytes one read asks a source for, so a long string costs no second copy of itself in memory.
-MAX_READ_PIECE = 16 * 1024 * 1024
 HASH_CHUNK = 1 << 20  # bytes fed to a hash at a time when re-encoding big-endian arrays
 
 DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -464,82 +463,8 @@ def encode_value(vtype: ValueType, value: Any) -> bytes:
 # The parser
 
 
-class _Buffer:
-    """The header bytes from offset 0, grown on demand from a source and never past the limit."""
-
-    def __init__(self, source: FileSource | HttpSource, first_read: int, max_bytes: int,
-                 limit_name: str | None = None) -> None:
-        self.source = source
-        self.data = bytearray()
-        self.max_bytes = max_bytes
-        self.limit_name = limit_name or f"max_header_bytes ({max_bytes})"
-        # Each read fetches at least one chunk, so a header costs ceil(size / chunk) reads and
-        # never more than one chunk past its end.
-        self.grow = max(first_read, 64 * 1024)
-
-    @property
-    def limit(self) -> int:
-        """The last byte the header may extend to: the file's end or max_header_bytes."""
-        size = self.source.size
-        return self.max_bytes if size is None else min(size, self.max_bytes)
-
-    def ensure(self, end: int, at: int) -> None:
-        """Make bytes [0, end) available; ``at`` is the offset being parsed, for the error."""
-        have = len(self.data)
-        if end <= have:
-            return
-        self._check_room(end, at)
-        want = max(end, have + self.grow)
-        size = self.source.size
-        if size is not None:
-            want = min(want, size)
-        want = min(want, self.max_bytes)
-        # In pieces of at most max(grow, MAX_READ_PIECE): a 200 MB string is never held twice (once
-        # read, once appended), and a real header still costs ceil(size / grow) reads.
-        piece = max(self.grow, MAX_READ_PIECE)
-        read_into = getattr(self.source, "read_into", None)  # a local file reads straight into the buffer
-        while len(self.data) < want:
-            have = len(self.data)
-            ask = min(want - have, piece)
-            if read_into is not None:
-                got = read_into(self.data, ask)
-            else:
-                chunk = self.source.read(have, ask, max(min(end - have, ask), 1))
-                self.data += chunk
-                got = len(chunk)
-                del chunk
-            if got < ask:
-                break  # the end of the file, or a streamed body that sent what the parse needs
-        if len(self.data) < end:
-            self._check_room(end, at)  # the source may only now have told us its size
-            raise GGUFError(self.source.name, at,
-                            f"the file is truncated: the header needs byte {end - 1} but the file ends "
-                            f"at byte {len(self.data)}")
-
-    def _check_room(self, end: int, at: int) -> None:
-        size = self.source.size
-        if size is not None and end > size:
-            raise GGUFError(self.source.name, at,
-                            f"the file is truncated or the header is corrupt: it needs byte {end - 1} "
-                            f"but the file is {size} bytes long")
-        if end > self.max_bytes:
-            raise GGUFError(self.source.name, at,
-                            f"the header would extend past {self.limit_name}; raise "
-                            "max_header_bytes if this file really has a header that large")
-
-    def limit_text(self) -> str:
-        size = self.source.size
-        if size is not None and size <= self.max_bytes:
-            return f"the end of the file at byte {size} (the file is truncated or the header corrupt)"
-        return f"{self.limit_name} (raise max_header_bytes if the header really is that large)"
-
-    def room(self, pos: int) -> int:
-        """How many bytes may still follow ``pos`` (file end or the header limit)."""
-        return self.limit - pos
-
-
 class _Parser:
-    def __init__(self, buf: _Buffer, order: str) -> None:
+    def __init__(self, buf: HeaderBuffer, order: str) -> None:
         self.buf = buf
         self.name = buf.source.name
         self.order = order
@@ -671,7 +596,7 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
     """Parse the header from ``source``; raise GGUFError naming the offset on any problem.
 
     ``limit_name`` says in the errors what ``max_header_bytes`` is (default: the option of that name)."""
-    buf = _Buffer(source, first_read, max_header_bytes, limit_name)
+    buf = HeaderBuffer(source, first_read, max_header_bytes, limit_name)
     name = source.name
     buf.ensure(8, 0)
     order, version = _detect_order(name, bytes(buf.data[:8]))
