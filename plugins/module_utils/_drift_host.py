@@ -39,6 +39,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state impor
     lock_paths,
     read_record,
     safe_path_component,
+    timer_armed,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
@@ -230,16 +231,15 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         findings += drift.compare_models(then.get("models") or {}, current["models"], paths)
 
     lock_file, _guard = lock_paths(state_dir, unit)
-    lock = read_record(lock_file)
     view = UnitView(unit, run)
-    if lock:
-        findings.append(drift.finding("ab-in-progress", f"an A/B run holds {view.unit} (lock {lock_file}: run "
-                                      f"{lock.get('run_id')}, started {lock.get('started')}, expires "
-                                      f"{lock.get('expires')}): the live config and acceptance are its candidates', "
-                                      "not production's, and were not judged", "watch again after the run",
-                                      lock=dict(lock)))
+    state, lock_finding = drift.judge_lock(read_record(lock_file), now().timestamp(),
+                                           armed=timer_armed(unit, run), lock_file=lock_file, unit=view.unit)
+    if state == "held" and lock_finding is not None:
+        findings.append(lock_finding)
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
         return result
+    if lock_finding is not None:
+        findings.append(lock_finding)  # a stale lock: production is judged, an override left active too
     dropin = override_paths(view.unit).dropin
     if dropin in view.dropins or os.path.exists(dropin):
         findings.append(drift.finding("override-active", f"an A/B candidate override {dropin} is in place and no "

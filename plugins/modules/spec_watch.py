@@ -26,8 +26,10 @@ description:
     the same process - against the lowest and highest the A/B measured for the promoted config over its rounds
     and shapes, with a tolerance; a proposer that drafts nothing while tokens are generated.
   - The age of the measurement against O(max_age_days).
-  - While an A/B run holds the unit's lock the live config and acceptance belong to its candidate and are not
-    judged (finding C(ab-in-progress)).
+  - While an A/B run holds the unit's lock (a lock record whose expiry lies ahead) the live config and acceptance
+    belong to its candidate and are not judged (finding C(ab-in-progress)). A lock past its expiry, without one,
+    or a lock file that is no record is what a killed run leaves (finding C(stale-lock)): production is judged as
+    usual, and a candidate override left in C(/run) is still found (C(override-active)).
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
   - llmfleet.specdec.attributes.read_only
@@ -117,7 +119,7 @@ findings:
       C(live-config-differs), C(pending-config-differs), C(override-active), C(unit-not-running),
       C(acceptance-out-of-band), C(mean-length-out-of-band), C(proposer-stopped), C(evidence-too-old),
       C(no-evidence), C(evidence-incomplete); info kinds C(window-skipped), C(too-little-traffic),
-      C(ab-in-progress), C(restarted-in-window).
+      C(ab-in-progress), C(restarted-in-window), C(stale-lock).
   returned: always
   type: list
   elements: dict

@@ -262,3 +262,72 @@ def test_broken_evidence_fails_naming_the_file(tmp_path) -> None:
         host.watch({"unit": "llama-server.service", "state_dir": str(tmp_path)}, run=_never)
     with pytest.raises(drift.DriftInputError, match="window: expected a number of at least 0"):
         host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": -1}, run=_never)
+
+
+# ------------------------------------------------------------------ the unit's lock (issue 22 point 5)
+
+class _Systemd:
+    """systemctl as a stopped unit with an A/B drop-in left in /run answers it; the dead-man timer as told."""
+
+    def __init__(self, dropin: bool = True, armed: bool = False) -> None:
+        self.dropin, self.armed, self.asked = dropin, armed, []
+
+    def __call__(self, argv):
+        self.asked.append(list(argv))
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0, "active\n", "") if self.armed else (3, "inactive\n", "")
+        if argv[:2] == ["systemctl", "show"]:
+            drop = host.override_paths("llama-server.service").dropin if self.dropin else ""
+            return 0, ("MainPID=0\nActiveState=inactive\nExecMainStartTimestamp=\nEnvironmentFiles=\n"
+                       f"DropInPaths={drop}\n"), ""
+        raise AssertionError(f"the watch only reads: {argv}")
+
+
+def _watch_with_lock(tmp_path, record, now, **systemd):
+    (tmp_path / "promoted").mkdir(exist_ok=True)
+    (tmp_path / "promoted" / "llama-server.json").write_text(json.dumps(_evidence()))
+    (tmp_path / "locks").mkdir(exist_ok=True)
+    if record is not None:
+        (tmp_path / "locks" / "llama-server.json").write_text(record if isinstance(record, str) else json.dumps(record))
+    fake = _Systemd(**systemd)
+    result = host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": 0, "max_age_days": 0,
+                         "build_record": str(tmp_path / "none.json")}, run=fake, now=lambda: now)
+    return result, [f["kind"] for f in result["findings"]]
+
+
+def test_a_lock_that_expired_a_year_ago_is_stale_and_the_override_is_still_found(tmp_path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    year_ago = now.timestamp() - 365 * 86400
+    old = {"run_id": "20251201T000000Z-1", "started": "2025-12-01T00:00:00Z", "expires": "2025-12-01T00:15:00Z",
+           "expires_epoch": int(year_ago) + 900, "controller": "ctl", "pid": 4242}
+    result, kinds = _watch_with_lock(tmp_path, old, now)
+    assert "ab-in-progress" not in kinds
+    assert kinds[-3:] == ["stale-lock", "override-active", "unit-not-running"], kinds
+    stale = next(f for f in result["findings"] if f["kind"] == "stale-lock")
+    assert stale["severity"] == "info" and "20251201T000000Z-1" in stale["message"] and "8759.8 h ago" in stale["message"]
+    assert stale["numbers"]["lock"]["pid"] == 4242 and stale["numbers"]["armed"] is False
+    assert "DRIFT: evidence-incomplete, override-active, unit-not-running" in result["summary"]
+
+
+def test_a_live_lock_still_means_an_ab_is_running(tmp_path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    # a newer record (boot id, process start time) is read for what the watch needs and passed on whole
+    live = {"run_id": "r2", "started": "2026-11-30T23:55:00Z", "expires": "2026-12-01T00:10:00Z",
+            "expires_epoch": int(now.timestamp()) + 600, "boot_id": "0f3c", "start_time": 123456}
+    result, kinds = _watch_with_lock(tmp_path, live, now)
+    assert kinds[-1] == "ab-in-progress" and "override-active" not in kinds
+    assert result["findings"][-1]["numbers"]["lock"]["boot_id"] == "0f3c"
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    ("{not json", "is not an A/B lock record"),
+    ({"run_id": "r3", "started": "x"}, "has no expiry"),
+    ({"run_id": "r4", "expires_epoch": "soon"}, "has no expiry"),
+])
+def test_a_lock_file_that_is_no_record_is_stale(tmp_path, record, why) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    result, kinds = _watch_with_lock(tmp_path, record, now, dropin=False, armed=True)
+    stale = next(f for f in result["findings"] if f["kind"] == "stale-lock")
+    assert why in stale["message"] and "dead-man timer is still armed" in stale["message"]
+    assert "override-active" not in kinds and kinds[-1] == "unit-not-running"
+
