@@ -215,6 +215,8 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
 
     measured_at = drift.parse_time(report.get("finished")) or drift.parse_time(report.get("started"))
     findings += drift.judge_age(measured_at, drift.parse_time(evidence.get("promoted")), now(), max_age)
+    if measured_at is not None:
+        result["evidence_age_seconds"] = round((now() - measured_at).total_seconds(), 1)
 
     then = (report.get("environment") or {}).get("measured_on")
     paths = drift.model_paths(promoted)
