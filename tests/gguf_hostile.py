@@ -1,7 +1,8 @@
 """Hostile GGUF vocabularies written fast (numpy), and a module's peak memory as Ansible would run it.
 
 Shared by tests/unit/test_gguf_memory_bound.py (headers of a few MB) and benchmarks/gguf_memory.py (headers at the
-reader's 256 MiB cap). Each writer fills about ``size`` bytes of header with one shape of vocabulary.
+reader's 256 MiB cap). Each writer fills at most ``size`` bytes of header (its few keys included) with one shape
+of vocabulary.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def _write(path: Path, kvs: list[bytes]) -> Path:
     return path
 
 
+SLACK = 4096  # bytes a writer leaves for its keys, so the file stays within ``size``
+
+
 def _base(model: str = "llama") -> list[bytes]:
     return [_kv_str("general.architecture", "llama"), _kv_str("tokenizer.ggml.model", model)]
 
@@ -66,26 +70,26 @@ def _distinct(n: int, width: int) -> np.ndarray:
 
 def empty_tokens(path: Path, size: int) -> Path:
     """The issue's shape: nothing but empty tokens (each [EMPTY_<id>] to llama.cpp), 8 header bytes each."""
-    n = size // 8
+    n = (size - SLACK) // 8
     return _write(path, [*_base(), _kv_array("tokenizer.ggml.tokens", 8, n, bytes(8 * n))])
 
 
 def distinct_short_tokens(path: Path, size: int) -> Path:
     """As many distinct texts as the bytes allow: 3-byte tokens (11 header bytes), the worst for the
     duplicate check's table."""
-    n = size // 11
+    n = (size - SLACK) // 11
     return _write(path, [*_base(), _kv_array("tokenizer.ggml.tokens", 8, n, _fixed_strings(_distinct(n, 3)))])
 
 
 def one_byte_tokens(path: Path, size: int) -> Path:
     """Tokens that are all one byte (a duplicate at once: llama.cpp aborts)."""
-    n = size // 9
+    n = (size - SLACK) // 9
     return _write(path, [*_base(), _kv_array("tokenizer.ggml.tokens", 8, n, _fixed_strings(np.full((n, 1), 97, np.uint8)))])
 
 
 def long_tokens(path: Path, size: int, width: int = 64 * 1024) -> Path:
     """Few, long, distinct tokens (hashed and compared in place), the last one repeating the first."""
-    n = max(size // (width + 8), 2)
+    n = max((size - SLACK) // (width + 8), 2)
     rows = np.full((n, width), 0x4C, dtype=np.uint8)
     rows[:, :4] = _distinct(n, 4)
     rows[-1] = rows[0]
@@ -95,14 +99,14 @@ def long_tokens(path: Path, size: int, width: int = 64 * 1024) -> Path:
 def huge_merges(path: Path, size: int) -> Path:
     """A small vocabulary with a merge list that fills the header (gpt2 model)."""
     tokens = _kv_array("tokenizer.ggml.tokens", 8, 300, b"".join(_s(f"<t{i}>".encode()) for i in range(300)))
-    n = size // 13
+    n = (size - SLACK) // 13
     merges = _kv_array("tokenizer.ggml.merges", 8, n, _fixed_strings(np.full((n, 5), 0x61, np.uint8)))
     return _write(path, [*_base("gpt2"), _kv_str("tokenizer.ggml.pre", "gpt-2"), tokens, merges])
 
 
 def scores_and_types(path: Path, size: int) -> Path:
     """Distinct 3-byte tokens with one f32 score and one i32 type each (19 header bytes a token)."""
-    n = size // 19
+    n = (size - SLACK) // 19
     return _write(path, [*_base(), _kv_array("tokenizer.ggml.tokens", 8, n, _fixed_strings(_distinct(n, 3))),
                          _kv_array("tokenizer.ggml.scores", 6, n, np.linspace(0, 1, n, dtype="<f4").tobytes()),
                          _kv_array("tokenizer.ggml.token_type", 5, n, np.ones(n, dtype="<i4").tobytes())])
