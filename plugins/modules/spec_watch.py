@@ -28,7 +28,7 @@ description:
   - The age of the measurement against O(max_age_days).
   - While an A/B run holds the unit's lock (a lock record whose expiry lies ahead) the live config and acceptance
     belong to its candidate and are not judged (finding C(ab-in-progress)). A lock past its expiry, without one,
-    or a lock file that is no record is what a killed run leaves (finding C(stale-lock)): production is judged as
+    or a lock file that is no record is what a killed run leaves (finding C(stale-lock)); production is judged as
     usual, and a candidate override left in C(/run) is still found (C(override-active)).
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
