@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile a
 from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs
+from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs, server_key
 
 
 def _sweep_value(config: str, name: Any, value: Any) -> str | None:
@@ -71,8 +71,7 @@ def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline") -> 
     for config in configs or []:
         if isinstance(config, dict):
             name = str(config.get("name"))
-            key = ("baseline",) if name == baseline else tuple(sorted(
-                (k, v) for k, v in _override(config).items()))
+            key = ("baseline",) if name == baseline else _server(config)
         else:
             name = str(config)
             key = ("name", name)
@@ -102,23 +101,25 @@ def spec_counters(metrics_text: str | None) -> dict[str, Any]:
     return parse_spec_counters(metrics_text)
 
 
-def _override(config: dict[str, Any]) -> dict[str, str | None]:
-    """What a config changes over production, for grouping: the same for every base env."""
+def _server(config: dict[str, Any]) -> tuple:
+    """What decides the server a config starts, for grouping (its rendering's override and command line)."""
     rendering = config.get("rendering")
     if isinstance(rendering, dict):
-        return dict(rendering.get("override") or {})
+        return server_key(rendering)
     try:
-        return render_candidate({}, config.get("env"), config.get("flags"), str(config.get("name")))["override"]
+        return server_key(render_candidate({}, config.get("env"), config.get("flags"), str(config.get("name"))))
     except SpecdecError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
 def ab_render(configs: list[dict[str, Any]], base_env: dict[str, Any] | None = None,
-              baseline: str | None = None, backend: str = "llamacpp") -> dict[str, dict[str, Any]]:
-    """Each config rendered once over production's env (see module_utils/_render.py): name -> rendering.
-    The preflight lints its ``env``, unit_override writes its ``override``, the report records it."""
+              baseline: str | None = None, backend: str = "llamacpp",
+              unit: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each config rendered once over production (see module_utils/_render.py): name -> rendering. With the
+    live unit (module serving_unit_info), in the unit's own form. The preflight lints its ``env`` (and ``argv``
+    in form exec), unit_override writes its ``override`` (and ``exec_start``), the report records it."""
     try:
-        return render_configs(configs or [], base_env or {}, baseline or "", backend or "llamacpp")
+        return render_configs(configs or [], base_env or {}, baseline or "", backend or "llamacpp", unit or None)
     except SpecdecError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
@@ -133,9 +134,9 @@ def ab_env(env: dict[str, Any] | None, flags: list[str] | None = None,
         raise AnsibleFilterError(str(exc)) from None
 
 
-def _draft_depth(env: dict[str, Any]) -> int | None:
+def _draft_depth(env: dict[str, Any], argv: list[str] | None = None) -> int | None:
     try:
-        value = parse_flags([], env).get("options", {}).get("--spec-draft-n-max")
+        value = parse_flags(list(argv or []), env).get("options", {}).get("--spec-draft-n-max")
     except SpecdecError:
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
@@ -151,10 +152,11 @@ def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]
         if rendering is None:
             rendering = ab_render([config], {})[config["name"]]
         item: dict[str, Any] = {"name": config["name"], "chain": list((chains or {}).get(config["name"]) or []),
-                                "server_config": dict(rendering["override"]), "rendering": rendering}
+                                "server_config": dict(rendering.get("server_config", rendering["override"])),
+                                "rendering": rendering}
         if config.get("lossless") is not None:  # the config's own declaration (module_utils/_quality.py)
             item["lossless"] = config["lossless"]
-        depth = _draft_depth(rendering["env"])
+        depth = _draft_depth(rendering["env"], rendering["argv"] if rendering.get("form") == "exec" else None)
         if depth is not None:
             item["k"] = depth
         out.append(item)

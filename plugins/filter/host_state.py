@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 from typing import Any
 
@@ -15,12 +16,21 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report
 
 
-def ab_lock_owner(run_id: Any) -> dict[str, Any]:
-    """The lock's owner record: the run id, this controller's host name and its ansible-playbook process id.
+def ab_lock_owner(run_id: Any, unique: bool = True) -> dict[str, Any]:
+    """The lock's owner record: a unique run id, this controller's host name, its ansible-playbook process id,
+    and what proves later that this process is gone (boot id, pid namespace, the process's start time).
 
-    Templating runs in a worker forked from the ansible-playbook process, so the parent pid is the run's.
+    Templating runs in a worker forked from the ansible-playbook process, so the parent pid is the run's. The run
+    id is ``run_id`` with a random suffix (``unique=false`` keeps it as given): two runs started in the same second
+    never share an id, a results folder or a history line.
     """
-    return {"run_id": ab_state_name(run_id, "run id"), "controller": socket.gethostname(), "pid": os.getppid()}
+    name = ab_state_name(run_id, "run id")
+    if unique:
+        name = ab_state_name(f"{name}-{secrets.token_hex(3)}", "run id")
+    pid = os.getppid()
+    identity = _host_state.process_identity(pid)
+    return {"run_id": name, "controller": socket.gethostname(), "pid": pid, "boot_id": identity["boot_id"],
+            "pid_ns": identity["pid_ns"], "start_ticks": identity["start_ticks"]}
 
 
 def ab_state_name(value: Any, what: str = "name") -> str:

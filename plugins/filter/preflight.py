@@ -10,6 +10,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils._render import changes_production
 
 # llama.cpp's context-backed drafters; an ngram layer costs ~nothing per round
 _CONTEXT_BACKED = ("draft-dspark", "draft-dflash", "draft-eagle3", "draft-mtp", "draft-simple")
@@ -58,10 +59,17 @@ def _judging(config: dict[str, Any], rendered: dict[str, Any] | None, reference_
     name = config.get("name")
     if not rendered or name not in rendered or reference_env is None:
         return "-", None
-    if name == baseline or not rendered[name].get("override"):
+    refused = rendered[name].get("refused") or []
+    if refused:
+        return "-", "; ".join(r["message"] for r in refused)
+    if name == baseline or not changes_production(rendered[name]):
         return "baseline", None
+    if rendered[name].get("form") == "exec" and baseline in rendered:
+        # the command line is the config: compare every option, wherever production sets it
+        reference_env = rendered[baseline].get("effective_env") or reference_env
     try:
-        c = _quality.classify(rendered[name].get("env") or {}, reference_env, str(name), config.get("lossless"))
+        c = _quality.classify(rendered[name].get("effective_env") or rendered[name].get("env") or {}, reference_env,
+                              str(name), config.get("lossless"))
     except _quality.QualityError as exc:
         return "-", str(exc)
     if c["judging"] == _quality.LOSSY:

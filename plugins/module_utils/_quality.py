@@ -93,8 +93,11 @@ def options_of(env: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def config_env(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What the server receives for a config: the rendering's env when the run kept it, else its override."""
+    """What the server receives for a config: the rendering's env when the run kept it (its effective env, with the
+    command line's options as LLAMA_ARG_*, when it has one), else its override."""
     rendering = config.get("rendering")
+    if isinstance(rendering, Mapping) and isinstance(rendering.get("effective_env"), Mapping):
+        return dict(rendering["effective_env"])
     if isinstance(rendering, Mapping) and isinstance(rendering.get("env"), Mapping):
         return dict(rendering["env"])
     env = config.get("server_config")

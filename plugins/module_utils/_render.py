@@ -22,12 +22,27 @@ receives them, None = unset), ``env`` (the process's environment from its env fi
 ``argv`` (the arguments the launcher appends) and ``env_file`` (the override file's assignments as
 written). The preflight lints ``env`` (with no separate flags), ``unit_override`` gets ``override``,
 and the report records the whole rendering.
+
+That is form ``env``, for the units this collection deploys (their launchers read the env file). Given the
+live unit (module ``serving_unit_info``) of a hand-written unit, form ``exec``: the candidate's whole command
+line (``_unit_command.apply_candidate``: an ``LLAMA_ARG_*`` setting becomes its flag, replacing production's,
+``flags`` replace or append, ``null`` removes) in ``exec_start``, which ``unit_override`` writes as a drop-in
+that resets ``ExecStart=``; ``override`` is then what stays an environment variable (a container's go in as
+runtime ``-e`` options instead), ``env`` the server's environment and ``argv`` the server's own arguments, so
+the preflight lints ``env`` with ``argv`` as flags. Both forms also give ``form``, ``exec_start`` (None in form
+``env``), ``exec_prefix``, ``server_config`` (what the config changes, in the env vocabulary the report and the
+judge read), ``effective_env`` (every llama-server option as its ``LLAMA_ARG_*``, for the quality and model
+checks) and ``refused``: the settings the server would silently ignore (``_unit_command.outranked``: in form
+``env`` a variable whose flag is on production's command line; in both forms a config that sets one option as
+a variable and as a flag), each naming the flag.
 """
 from __future__ import annotations
 
 import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,
@@ -58,31 +73,92 @@ def _base(base_env: Mapping[str, Any] | None, name: str) -> Dict[str, str]:
     return base
 
 
-def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | None = None,
-                     flags: Sequence[Any] | None = None, name: str = "config", backend: str = "llamacpp") -> Dict[str, Any]:
-    """The one rendering of a candidate (see the module docstring); RenderError for what cannot run.
-
-    For vLLM the flags go to ``VLLM_EXTRA_ARGS`` and ``argv`` is ``VLLM_SERVE_ARGS`` then ``VLLM_EXTRA_ARGS``
-    split (the launcher adds the model, host and port itself)."""
-    if backend not in EXTRA_VAR:
-        raise RenderError(f"backend {backend!r}: give llamacpp or vllm")
-    extra_var = EXTRA_VAR[backend]
-    base = _base(base_env, name)
+def _check_inputs(env: Any, flags: Any, name: str) -> None:
     if env is not None and not isinstance(env, Mapping):
         raise RenderError(f"config {name}: env must be a mapping of variable names to values, got "
                           f"{type(env).__name__}")
     if flags is not None and (isinstance(flags, (str, bytes)) or not isinstance(flags, Sequence)):
         raise RenderError(f"config {name}: flags must be a list of command-line tokens (one flag or value per item), "
                           f"got {type(flags).__name__}")
+
+
+def _candidate_env(env: Mapping[str, Any] | None, name: str) -> Dict[str, str | None]:
     override: Dict[str, str | None] = {}
     for key, value in (env or {}).items():
         try:
             override[key] = check_env_value(key, value, f"config {name}: env")
         except EnvFileError as exc:
             raise RenderError(str(exc).replace("; nothing was written", "; change it")) from None
-    tokens = [str(token) for token in (flags or [])]
+    return override
+
+
+def _split_var(env: Mapping[str, str], var: str, name: str) -> List[str]:
+    text = env.get(var, "")
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise RenderError(f"config {name}: {var}={text!r} does not split into arguments like a shell "
+                          f"({exc}); pair its quotes") from None
+
+
+def _effective_env(env: Mapping[str, str], argv: Sequence[str], backend: str) -> Dict[str, str]:
+    """Every llama-server option of the process as its LLAMA_ARG_* (LLAMA_EXTRA_ARGS for those without one),
+    beside the variables llama-server does not parse; vLLM: the env with the arguments in VLLM_SERVE_ARGS."""
+    if backend != "llamacpp":
+        return dict(env, VLLM_SERVE_ARGS=" ".join(shlex.quote(a) for a in argv)) if argv else dict(env)
+    try:
+        options = _flags.to_env(_flags.parse(list(argv), env))
+    except SpecdecError:
+        return dict(env)  # what llama-server cannot read is the lint's finding
+    kept = {k: v for k, v in env.items() if not k.startswith("LLAMA_ARG_") and k != EXTRA_ARGS_ENV}
+    return dict(kept, **options)
+
+
+def _settings(override: Mapping[str, str | None], tokens: Sequence[str], backend: str) -> Dict[str, str | None]:
+    """What the config itself changes, in the env vocabulary: its variables, and its flags in the extra-args
+    variable of its engine."""
+    settings = dict(override)
     if tokens:
-        before = override[extra_var] if extra_var in override else base.get(extra_var)
+        var = EXTRA_VAR[backend]
+        quoted = " ".join(shlex.quote(t) for t in tokens)
+        settings[var] = f"{settings[var]} {quoted}" if settings.get(var) else quoted
+    return settings
+
+
+def _own_conflicts(override: Mapping[str, str | None], tokens: Sequence[str], name: str) -> List[Dict[str, str]]:
+    """A config that sets one llama-server option both as a variable and as a flag: the flag wins."""
+    flagged = {opt.canonical for opt, _tokens in uc.llama_options_in(tokens)}
+    out = []
+    for var in override:
+        found = uc.env_option(var)
+        if found and found[0].canonical in flagged and found[0].canonical != "--spec-type":
+            out.append({"code": "set-twice", "config": name, "setting": var, "flag": found[0].canonical,
+                        "message": f"config {name}: {var} and the flag {found[0].canonical} in its flags set the same "
+                                   f"llama-server option, and the flag wins; keep one of them"})
+    return out
+
+
+def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | None = None,
+                     flags: Sequence[Any] | None = None, name: str = "config", backend: str = "llamacpp",
+                     unit: Mapping[str, Any] | None = None) -> Dict[str, Any]:
+    """The one rendering of a candidate (see the module docstring); RenderError for what cannot run.
+
+    ``unit`` is the live unit as module ``serving_unit_info`` read it: form ``exec`` when it says so, else
+    form ``env`` (no unit, a unit not installed, or one of the collection's launchers).
+
+    For vLLM the flags go to ``VLLM_EXTRA_ARGS`` and ``argv`` is ``VLLM_SERVE_ARGS`` then ``VLLM_EXTRA_ARGS``
+    split (the launcher adds the model, host and port itself)."""
+    if backend not in EXTRA_VAR:
+        raise RenderError(f"backend {backend!r}: give llamacpp or vllm")
+    _check_inputs(env, flags, name)
+    if unit and unit.get("installed", True) and unit.get("form") == "exec":
+        return _render_exec(base_env, env, flags, name, backend, unit)
+    extra_var = EXTRA_VAR[backend]
+    base = _base(base_env, name)
+    override = _candidate_env(env, name)
+    tokens = [str(token) for token in (flags or [])]
+    before = override[extra_var] if extra_var in override else base.get(extra_var)
+    if tokens:
         quoted = " ".join(shlex.quote(token) for token in tokens)
         combined = f"{before} {quoted}" if before else quoted
         try:
@@ -97,31 +173,100 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
             process_env[key] = value
     argv: List[str] = []
     for var in ARGV_VARS[backend]:
-        text = process_env.get(var, "")
-        try:
-            argv += shlex.split(text)
-        except ValueError as exc:
-            raise RenderError(f"config {name}: {var}={text!r} does not split into arguments like a shell "
-                              f"({exc}); pair its quotes") from None
+        argv += _split_var(process_env, var, name)
+    refused: List[Dict[str, str]] = []
+    if backend == "llamacpp":
+        command = list((unit or {}).get("server_args") or []) if (unit or {}).get("installed") else []
+        where = f"{'the config' if extra_var in (env or {}) else 'production'}'s {extra_var}"
+        refused = uc.outranked(command, _split_var({extra_var: before or ""}, extra_var, name),
+                               {k: v for k, v in override.items() if k != extra_var}, name, where)
+        refused += _own_conflicts({k: v for k, v in override.items() if k != extra_var}, tokens, name)
     return {
         "override": override,
         "env": process_env,
         "unset": sorted(key for key, value in override.items() if value is None),
         "argv": argv,
         "env_file": render_lines({k: v for k, v in override.items() if v is not None}),
+        "form": "env",
+        "exec_start": None,
+        "exec_prefix": "",
+        "server_config": dict(override),
+        "effective_env": dict(process_env),
+        "refused": refused,
     }
 
 
+def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | None, flags: Sequence[Any] | None,
+                 name: str, backend: str, unit: Mapping[str, Any]) -> Dict[str, Any]:
+    """Form ``exec``: the candidate's whole command line over the live unit's (module docstring)."""
+    unit_name = str(unit.get("unit") or "the unit")
+    engine = unit.get("engine") or backend
+    if engine != backend:
+        raise RenderError(f"{unit_name} runs {engine}, but specdec_backend says {backend}; make them agree")
+    base = _base(base_env if base_env else unit.get("env"), name)
+    override = _candidate_env(env, name)
+    tokens = [str(token) for token in (flags or [])]
+    refused = _own_conflicts(override, tokens, name) if backend == "llamacpp" else []
+    try:  # a refused config is rendered as production (it never runs; the preflight names why)
+        applied = uc.apply_candidate(unit, {} if refused else override, [] if refused else tokens, name, unit_name)
+    except uc.CommandError as exc:
+        raise RenderError(str(exc)) from None
+    kept: Dict[str, str | None] = dict(applied["env"])
+    if applied["container_env"] is not None:
+        process_env = dict(applied["container_env"])
+    else:
+        process_env = dict(base)
+        for key, value in kept.items():
+            if value is None:
+                process_env.pop(key, None)
+            else:
+                process_env[key] = value
+    try:
+        for key, value in kept.items():
+            check_env_value(key, value, f"config {name}: env")
+    except EnvFileError as exc:
+        raise RenderError(str(exc).replace("; nothing was written", "; change it")) from None
+    return {
+        "override": kept,
+        "env": process_env,
+        "unset": sorted(key for key, value in kept.items() if value is None),
+        "argv": list(applied["server_args"]),
+        "env_file": render_lines({k: v for k, v in kept.items() if v is not None}),
+        "form": "exec",
+        "exec_start": list(applied["argv"]),
+        "exec_prefix": str(unit.get("exec_prefix") or ""),
+        "server_config": _settings(override, tokens, backend),
+        "effective_env": _effective_env(process_env, applied["server_args"], backend),
+        "refused": refused,
+    }
+
+
+def changes_production(rendering: Mapping[str, Any]) -> bool:
+    """Whether a rendering asks for something else than production: env layered over it, or settings applied
+    to its command line."""
+    return bool(rendering.get("override")) or bool(rendering.get("server_config"))
+
+
+def server_key(rendering: Mapping[str, Any]) -> tuple:
+    """What decides the server a rendering starts (two renderings with one key need no restart between them)."""
+    override = tuple(sorted((k, v) for k, v in (rendering.get("override") or {}).items()))
+    exec_start = rendering.get("exec_start")
+    return override + ((("ExecStart", tuple(exec_start)),) if exec_start is not None else ())
+
+
 def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, Any] | None,
-                   baseline: str = "baseline", backend: str = "llamacpp") -> Dict[str, Dict[str, Any]]:
+                   baseline: str = "baseline", backend: str = "llamacpp",
+                   unit: Mapping[str, Any] | None = None) -> Dict[str, Dict[str, Any]]:
     """Every config's rendering by name. The baseline is production itself: its own overrides are refused
     (the A/B restores production for it, so a baseline env or flags would be measured as something else)."""
     out: Dict[str, Dict[str, Any]] = {}
     for config in configs or []:
         name = str(config.get("name"))
-        rendering = render_candidate(base_env, config.get("env"), config.get("flags"), name, backend)
-        if name == baseline and rendering["override"]:
-            raise RenderError(f"config {name}: the baseline is production as it runs (its env file); it cannot set "
-                              f"env or flags ({', '.join(sorted(rendering['override']))}): make that another config")
+        rendering = render_candidate(base_env, config.get("env"), config.get("flags"), name, backend, unit)
+        if name == baseline and (changes_production(rendering) or config.get("env") or config.get("flags")):
+            changed = sorted(set(rendering["override"]) | set(config.get("env") or {})) + (
+                ["flags"] if config.get("flags") else [])
+            raise RenderError(f"config {name}: the baseline is production as it runs (its unit and env file); it "
+                              f"cannot set env or flags ({', '.join(changed)}): make that another config")
         out[name] = rendering
     return out

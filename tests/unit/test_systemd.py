@@ -222,6 +222,7 @@ def test_timer_command_arms_a_wall_clock_deadline() -> None:
         "--timer-property=AccuracySec=1s",
         "--property=Type=oneshot",
         "--property=TimeoutStartSec=180",
+        "--property=ConditionPathExists=/run/llmfleet-specdec/llama-server.service/rollback.py",
         "/usr/bin/python3",
         "/run/llmfleet-specdec/llama-server.service/rollback.py",
     ]
@@ -571,16 +572,24 @@ def test_written_files_are_private(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["f.env"]
 
 
-def test_a_port_held_by_another_process_is_named(tmp_path: Path) -> None:
+def test_a_port_held_by_another_process_is_named_before_anything_changes(tmp_path: Path) -> None:
     host = FakeHost(_production(tmp_path))
     squatter = {"fds": ["socket:[31337]"], "comm": "python3", "cmdline": ["python3", "-m", "http.server", "8080"]}
     manager = _manager(tmp_path, host, {4242: squatter}, port_timeout=3)
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
     with pytest.raises(uo.PortBusyError) as info:
-        manager.wait_port_free("llama-server.service", 8080)
+        manager.present("llama-server.service", config, 600)
     msg = str(info.value)
-    assert "port 8080 is still held by pid 4242 (python3" in msg and "http.server 8080" in msg
-    assert "3 s after llama-server.service stopped" in msg
+    assert "port 8080, which the candidate listens on, is held by pid 4242 (python3" in msg and "http.server 8080" in msg
+    assert "nothing was changed" in msg
     assert info.value.details["port_owners"] == [4242]
+    assert host.changing_calls() == [] and not (tmp_path / "run").exists()
+    # the unit's own process on the port is no obstacle: its restart frees it
+    (tmp_path / "b").mkdir()
+    host = FakeHost(_production(tmp_path / "b", pid=4242))
+    manager = _manager(tmp_path / "b", host, {4242: squatter}, port_timeout=3)
+    manager.require_port("llama-server.service", 8080, manager.unit_info("llama-server.service"), what="production")
+    assert host.changing_calls() == []
 
 
 def test_wait_healthy_wants_the_units_own_new_pid(tmp_path: Path) -> None:

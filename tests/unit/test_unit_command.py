@@ -1,0 +1,192 @@
+"""A unit's command line understood (module_utils/_unit_command.py) and a candidate rendered in its form (_render.py)."""
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from ansible_collections.llmfleet.specdec.plugins.filter.ab import ab_render, ab_report_configs, ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils._render import RenderError, render_candidate, render_configs
+
+LLAMA = "/opt/specdec/bin/llama-server"
+HAND = [LLAMA, "-m", "/srv/t.gguf", "-md", "/srv/d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "3",
+        "-t", "1", "--port", "8081", "--metrics", "--no-context-shift"]
+
+
+def unit_of(argv: list[str], env: dict | None = None, backend: str | None = None) -> dict:
+    return dict(uc.describe(argv, env or {}, backend, "llama.service"), unit="llama.service", installed=True,
+                env=env or {}, exec_prefix="")
+
+
+@pytest.mark.parametrize("argv, form, kind, engine, server_at", [
+    (HAND, "exec", "direct", "llamacpp", 1),
+    (["/usr/bin/python3", "/usr/local/libexec/llamacpp-serve-exec", LLAMA], "env", "launcher", "llamacpp", 3),
+    (["/opt/vllm/bin/vllm", "serve", "/m", "--port", "8001"], "exec", "direct", "vllm", 2),
+    (["/opt/vllm/bin/python3", "-u", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"], "exec", "direct",
+     "vllm", 4),
+    (["/usr/bin/podman", "--log-level=info", "run", "--rm", "-it", "-p", "8080:8080", "img", "-m", "/m"], "exec",
+     "container", "llamacpp", 8),
+    (["/usr/bin/docker", "run", "-p", "8000:8000", "vllm/vllm-openai:v0.9", "--model", "/m"], "exec", "container",
+     "vllm", 5),
+    (["/usr/bin/podman", "run", "-p", "9:8080", "img", "/app/llama-server", "-m", "/m"], "exec", "container",
+     "llamacpp", 6),
+])
+def test_forms(argv: list[str], form: str, kind: str, engine: str, server_at: int) -> None:
+    d = uc.describe(argv, {}, None, "u")
+    assert (d["form"], d["kind"], d["engine"], d["server_at"]) == (form, kind, engine, server_at)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["/bin/sh", "-c", "llama-server -m x"], "wrapper"),
+    (["/usr/bin/env", "LLAMA_ARG_X=1", LLAMA], "wrapper"),
+    (["/opt/run-llama.sh"], "not llama-server"),
+    (["/usr/bin/python3", "-c", "import x"], "inline code"),
+    (["/opt/vllm/bin/vllm", "bench"], "not `vllm serve`"),
+    (["/usr/bin/podman", "pull", "img"], "not `podman run`"),
+    (["/usr/bin/podman", "run", "--weird-opt", "x", "img"], "--weird-opt=VALUE"),
+    (["/usr/bin/podman", "run", "-Z", "img"], "long form"),
+    (["/usr/bin/podman", "run", "img", "/app/server.sh"], "not llama-server or vLLM"),
+])
+def test_refused_forms_say_what_to_do(argv: list[str], says: str) -> None:
+    with pytest.raises(uc.CommandError, match=says) as info:
+        uc.describe(argv, {}, None, "llama.service")
+    assert "llama.service" in str(info.value)
+
+
+def test_container_env_and_endpoint(tmp_path) -> None:
+    env_file = tmp_path / "c.env"
+    env_file.write_text("# comment\nFROM_FILE=1\nPASSED\n")
+    argv = ["/usr/bin/podman", "run", "--env-file", str(env_file), "-e", "A=1", "--env=B", "-p",
+            "127.0.0.1:9000:8080/tcp", "img", "--port", "8080"]
+    d = uc.describe(argv, {"PASSED": "p", "B": "b"}, None, "u")
+    assert d["server_env"] == {"FROM_FILE": "1", "PASSED": "p", "A": "1", "B": "b"}
+    assert d["container"]["env_from_files"] == ["FROM_FILE", "PASSED"]
+    assert uc.endpoint(d) == ("127.0.0.1", 9000)
+    with pytest.raises(uc.CommandError, match="does not publish"):
+        uc.endpoint(uc.describe(["/usr/bin/podman", "run", "img", "--port", "8081"], {}, None, "u"))
+    assert uc.endpoint(uc.describe(["/usr/bin/podman", "run", "--network=host", "img", "--port", "8081"], {}, None,
+                                   "u")) == ("127.0.0.1", 8081)
+
+
+def test_endpoint_of_direct_units() -> None:
+    assert uc.endpoint(unit_of(HAND)) == ("127.0.0.1", 8081)
+    assert uc.endpoint(unit_of([LLAMA, "-m", "/m"], {"LLAMA_ARG_PORT": "9001", "LLAMA_ARG_HOST": "0.0.0.0"})) == \
+        ("127.0.0.1", 9001)
+    assert uc.endpoint(unit_of(["/v/bin/vllm", "serve", "/m"])) == ("127.0.0.1", 8000)
+
+
+# ------------------------------------------------------------------ the candidate on the command line
+
+
+def test_env_setting_becomes_its_flag_replacing_every_alias() -> None:
+    unit = unit_of([LLAMA, "-m", "/t", "--draft-max", "3", "--spec-draft-n-max", "2"]
+                   if _flags.lookup("--draft-max") else [LLAMA, "-m", "/t", "--spec-draft-n-max", "2"])
+    r = render_candidate(unit["env"], {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6", "CUDA_VISIBLE_DEVICES": "1"}, [], "d6",
+                         unit=unit)
+    assert r["form"] == "exec" and r["exec_start"][0] == LLAMA
+    assert r["argv"].count("--spec-draft-n-max") == 1 and r["argv"][-2:] == ["--spec-draft-n-max", "6"]
+    assert r["override"] == {"CUDA_VISIBLE_DEVICES": "1"} and r["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert _flags.parse(r["argv"], r["env"])["draft_n_max"] == 6
+    assert r["effective_env"]["LLAMA_ARG_SPEC_DRAFT_N_MAX"] == "6"
+    assert r["server_config"] == {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6", "CUDA_VISIBLE_DEVICES": "1"}
+
+
+def test_bools_negations_null_and_flags() -> None:
+    unit = unit_of(HAND, {"LLAMA_ARG_CTX_SIZE": "4096"})
+    r = render_candidate(unit["env"], {"LLAMA_ARG_CONTEXT_SHIFT": "on", "LLAMA_ARG_ENDPOINT_METRICS": None,
+                                       "LLAMA_ARG_CTX_SIZE": None},
+                         ["-t", "2", "--spec-type", "ngram-mod"], "c", unit=unit)
+    args = r["argv"]
+    assert "--no-context-shift" not in args and "--context-shift" in args and "--metrics" not in args
+    assert args.count("-t") + args.count("--threads") == 1 and args[-4:] == ["-t", "2", "--spec-type", "ngram-mod"]
+    # --spec-type appends in llama-server: the config's is added after production's, as in form env
+    assert _flags.parse(args, r["env"])["spec_types"] == ["draft-simple", "ngram-mod"]
+    assert r["unset"] == ["LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_ENDPOINT_METRICS"]
+    assert "LLAMA_ARG_CTX_SIZE" not in r["env"]
+    r2 = render_candidate({}, {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, [], "c2", unit=unit)
+    assert _flags.parse(r2["argv"], r2["env"])["spec_types"] == ["ngram-mod"]  # a setting replaces
+
+
+def test_one_option_as_env_and_flag_is_refused_naming_the_flag() -> None:
+    r = render_candidate({}, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6"}, ["--spec-draft-n-max", "4"], "twice",
+                         unit=unit_of(HAND))
+    assert [(x["code"], x["flag"]) for x in r["refused"]] == [("set-twice", "--spec-draft-n-max")]
+    assert r["exec_start"] == HAND  # rendered as production: it never runs
+
+
+def test_env_form_refuses_settings_production_command_line_outranks() -> None:
+    base = {"LLAMA_ARG_MODEL": "/t", "LLAMA_EXTRA_ARGS": "--spec-draft-n-max 3 --spec-type draft-simple"}
+    r = render_candidate(base, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6", "LLAMA_ARG_SPEC_TYPE": "ngram-mod",
+                                "LLAMA_ARG_THREADS": "2"}, [], "sweep")
+    assert r["form"] == "env" and r["exec_start"] is None
+    refused = {x["setting"]: x["flag"] for x in r["refused"]}
+    assert refused == {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "--spec-draft-n-max", "LLAMA_ARG_SPEC_TYPE": "--spec-type"}
+    assert "production's LLAMA_EXTRA_ARGS has --spec-draft-n-max 3" in r["refused"][0]["message"]
+    launcher = unit_of(["/usr/bin/python3", "/x/llamacpp-serve-exec", LLAMA, "--port", "8090"])
+    r = render_candidate({}, {"LLAMA_ARG_PORT": "9000"}, [], "p", unit=launcher)
+    assert r["form"] == "env" and "the unit's ExecStart= line has --port 8090" in r["refused"][0]["message"]
+    # flags come after production's: never refused
+    assert not render_candidate(base, {}, ["--spec-draft-n-max", "6"], "f")["refused"]
+
+
+def test_container_candidate_goes_after_the_image_and_env_as_runtime_options() -> None:
+    argv = ["/usr/bin/podman", "run", "--rm", "-e", "LLAMA_ARG_N_PARALLEL=2", "-e", "KEEP=1", "-p", "8080:8080",
+            "ghcr.io/ggml-org/llama.cpp:server", "-m", "/models/t.gguf", "--spec-draft-n-max", "3"]
+    unit = unit_of(argv)
+    r = render_candidate({}, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6", "GGML_X": "on", "KEEP": None}, [], "c", unit=unit)
+    new = r["exec_start"]
+    image = new.index("ghcr.io/ggml-org/llama.cpp:server")
+    assert new[image + 1:] == ["-m", "/models/t.gguf", "--spec-draft-n-max", "6"]
+    assert new[:image] == ["/usr/bin/podman", "run", "--rm", "-e", "LLAMA_ARG_N_PARALLEL=2", "-p", "8080:8080", "-e",
+                           "GGML_X=on"]
+    assert r["env"] == {"LLAMA_ARG_N_PARALLEL": "2", "GGML_X": "on"} and r["override"] == {}
+
+
+def test_vllm_launcher_variables_become_arguments() -> None:
+    unit = unit_of(["/v/bin/vllm", "serve", "/m", "--port", "8001", "--speculative-config", '{"method":"ngram"}',
+                    "--max-model-len", "1024"])
+    r = render_candidate({}, {"VLLM_SPECULATIVE_CONFIG": '{"num_speculative_tokens": 3, "method": "ngram"}',
+                              "VLLM_CPU_KVCACHE_SPACE": "1"}, ["--max-model-len", "2048"], "v", backend="vllm",
+                         unit=unit)
+    assert r["exec_start"] == ["/v/bin/vllm", "serve", "/m", "--port", "8001", "--speculative-config",
+                               '{"method":"ngram","num_speculative_tokens":3}', "--max-model-len", "2048"]
+    assert r["override"] == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    with pytest.raises(RenderError, match="VLLM_SPECULATIVE_CONFIG is not JSON"):
+        render_candidate({}, {"VLLM_SPECULATIVE_CONFIG": "{"}, [], "v", backend="vllm", unit=unit)
+
+
+def test_bad_input_names_the_config_and_the_fix() -> None:
+    with pytest.raises(RenderError, match="config x: LLAMA_EXTRA_ARGS is read only by the collection's launcher"):
+        render_candidate({}, {"LLAMA_EXTRA_ARGS": "--foo"}, [], "x", unit=unit_of(HAND))
+    with pytest.raises(RenderError, match="not a boolean"):
+        render_candidate({}, {"LLAMA_ARG_CONTEXT_SHIFT": "maybe"}, [], "x", unit=unit_of(HAND))
+    with pytest.raises(RenderError, match="specdec_backend"):
+        render_candidate({}, {}, [], "x", backend="vllm", unit=unit_of(HAND))
+    with pytest.raises(RenderError, match="baseline is production"):
+        render_configs([{"name": "baseline", "flags": ["-t", "2"]}], {}, "baseline", unit=unit_of(HAND))
+
+
+def test_a_depth_sweep_is_three_servers_and_the_report_knows_each_depth() -> None:
+    unit = unit_of(HAND)
+    configs = [{"name": "baseline"}] + [{"name": f"d@{k}", "env": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": str(k)}}
+                                        for k in (1, 6)]
+    rendered = ab_render(configs, {}, "baseline", "llamacpp", unit)
+    assert rendered["baseline"]["exec_start"] == HAND
+    depths = [_flags.parse(rendered[c["name"]]["argv"], {})["draft_n_max"] for c in configs]
+    assert depths == [3, 1, 6]
+    plan = ab_schedule([dict(c, rendering=rendered[c["name"]]) for c in configs], 1)
+    assert [slot["restart"] for slot in plan] == [False, True, True]
+    report = ab_report_configs(configs, {}, rendered)
+    assert [c.get("k") for c in report] == [3, 1, 6]
+    assert report[2]["server_config"] == {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6"}
+
+
+def test_exec_start_quoting_is_what_systemd_gives_back() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    unit = unit_of(HAND)
+    r = render_candidate({}, {}, ["--alias", "100% $HOME \"x\""], "q", unit=unit)
+    text = es.quote_exec_argv(r["exec_start"], "")
+    assert list(es.expand_argv(es.parse_exec(text, {})[0].argv, {"HOME": "/root"}).argv) == r["exec_start"]
+    assert shlex.join(r["exec_start"]).endswith(shlex.quote("100% $HOME \"x\""))
