@@ -50,46 +50,32 @@ def finding(kind: str, message: str, action: str, **numbers: Any) -> Dict[str, A
 # ------------------------------------------------------------------ the unit's lock
 
 
-def _epoch(value: Any) -> Optional[float]:
-    try:
-        return float(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
+def judge_lock(state: Mapping[str, Any], unit: str) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """Whether an A/B holds the unit, from ``ab_lock state=query``'s answer (``_host_state.query``): ``("free",
+    None)``, ``("held", ab-in-progress)`` or ``("stale", stale-lock)``.
 
-
-def judge_lock(record: Optional[Mapping[str, Any]], now: float, *, armed: bool, lock_file: str, unit: str
-               ) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """Whether an A/B holds the unit: ``("free", None)``, ``("held", ab-in-progress)`` or ``("stale", stale-lock)``.
-
-    Held means a lock record whose expiry (``expires_epoch``, seconds) lies ahead: its run may still be measuring,
-    and the live config and acceptance are its candidates'. A record past its expiry, one without an expiry or a
-    file that is not a record is what a killed run leaves: the watch then judges production as usual, and
-    override-active is checked beside it. The record is read defensively (only ``run_id``, ``started``,
-    ``expires`` and ``expires_epoch`` are relied on; whatever else a newer record holds is passed on)."""
+    Held: the run may still be measuring (its expiry lies ahead, or its dead-man timer is armed and its candidate
+    serves until the timer fires), so the live config and acceptance are its candidates'. Stale (an expiry passed,
+    a holder provably gone, a lock file that is not a record) is what a killed run leaves: production is then
+    judged as usual, and an override it left active is still found. The record is passed on whole, whatever
+    fields it holds."""
+    record = state.get("holder")
+    path = state.get("path")
     if record is None:
         return "free", None
     shown = dict(record)
-    expires = _epoch(record.get("expires_epoch"))
-    run = record.get("run_id")
-    if run is not None and expires is not None and now < expires:
-        return "held", finding("ab-in-progress", f"an A/B run holds {unit} (lock {lock_file}: run {run}, started "
-                               f"{record.get('started')}, expires {record.get('expires')}): the live config and "
-                               "acceptance are its candidates', not production's, and were not judged",
+    if state.get("held"):
+        return "held", finding("ab-in-progress", f"an A/B run holds {unit} (lock {path}: run {record.get('run_id')}, "
+                               f"started {record.get('started')}, expires {record.get('expires')}"
+                               f"{'; its dead-man timer is armed' if 'armed' in str(state.get('why')) else ''}): the "
+                               "live config and acceptance are its candidates', not production's, and were not judged",
                                "watch again after the run", lock=shown)
-    if run is None:
-        why = f"{lock_file} is not an A/B lock record (unreadable, or written by something else)"
-    elif expires is None:
-        why = f"the lock of run {run} ({lock_file}) has no expiry"
-    else:
-        ago = (now - expires) / 3600.0
-        why = (f"the lock of run {run} ({lock_file}, started {record.get('started')}) expired at "
-               f"{record.get('expires') or expires} ({ago:.1f} h ago)")
-    timer = (" Its dead-man timer is still armed: it restores production when it fires."
-             if armed else "")
-    return "stale", finding("stale-lock", f"{why}: the run that took it is gone without releasing it (killed, or "
-                            f"its controller died), so production was judged as usual.{timer}",
-                            "nothing is needed to run again (the next A/B takes a stale lock over); to tidy up, "
-                            f"check override-active below and remove {lock_file}", lock=shown, armed=armed)
+    run = record.get("run_id")
+    what = f"the lock of run {run} ({path}, started {record.get('started')})" if run else f"the lock file {path}"
+    return "stale", finding("stale-lock", f"{what} is stale: {state.get('why')}. The run that took it is gone "
+                            "without releasing it (killed, or its controller died), so production was judged as usual",
+                            "nothing is needed to run again (the next A/B takes a stale lock over); to tidy up, see "
+                            f"override-active below and remove {path}", lock=shown, why=state.get("why"))
 
 
 # ------------------------------------------------------------------ the evidence

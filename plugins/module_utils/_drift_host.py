@@ -36,11 +36,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import (
     DEFAULT_STATE_DIR,
     Runner,
-    lock_paths,
-    read_record,
     safe_path_component,
-    timer_armed,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import query as query_lock
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
@@ -232,10 +230,10 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         findings += drift.compare_binary(then.get("binary"), current["binary"])
         findings += drift.compare_models(then.get("models") or {}, current["models"], paths)
 
-    lock_file, _guard = lock_paths(state_dir, unit)
     view = UnitView(unit, run)
-    state, lock_finding = drift.judge_lock(read_record(lock_file), now().timestamp(),
-                                           armed=timer_armed(unit, run), lock_file=lock_file, unit=view.unit)
+    # ab_lock state=query's reading of the lock (held, stale and why), so the watch and the playbooks agree
+    lock_state = query_lock({"unit": unit, "state_dir": state_dir}, run, now=lambda: now().timestamp())
+    state, lock_finding = drift.judge_lock(lock_state, view.unit)
     if state == "held" and lock_finding is not None:
         findings.append(lock_finding)
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
