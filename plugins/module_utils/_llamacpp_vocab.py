@@ -507,11 +507,11 @@ def _check_charsmap(hdr: GGUFHeader) -> None:
     arr = _array(hdr, P + "precompiled_charsmap", (ValueType.INT8, ValueType.UINT8))
     if arr is None:  # kv was found above; a raise, unlike assert, survives python -O
         raise AssertionError("precompiled_charsmap vanished between two reads")
-    raw = arr.raw()
-    if len(raw) < 4:
+    size = arr.count  # one byte an element: its size in bytes, read without a copy of the map
+    if size < 4:
         raise _RefusedError(THROWS, "precompiled_charsmap too small for xcda_blob_size header! "
                             "(tokenizer.ggml.precompiled_charsmap)")
-    if int.from_bytes(raw[:4], "little") + 4 >= len(raw):
+    if int.from_bytes(arr.head(4), "little") + 4 >= size:
         raise _RefusedError(THROWS, "Index out of array bounds in precompiled charsmap! "
                             "(tokenizer.ggml.precompiled_charsmap)")
 

@@ -162,3 +162,18 @@ def test_phi3_lookups_read_the_walked_texts(tmp_path: Path) -> None:
     # hybriddna strips the marker after <oov> before the lookups, as llama.cpp does
     dna = [*base, b"<oov>", b"</s>" + DNA_KMER_MARKER, b"<unk>", b"<s>", b"<|endoftext|>" + DNA_KMER_MARKER]
     assert load_vocab(_write(tmp_path / "dna.gguf", dna, model="hybriddna", name="phi-3 dna"))["loads"] is True
+
+
+@pytest.mark.parametrize(("charsmap", "error"), [
+    ([1, 0, 0], "too small for xcda_blob_size"),
+    ([4, 0, 0, 0, 9, 9, 9, 9], "Index out of array bounds in precompiled charsmap"),
+    ([3, 0, 0, 0, 9, 9, 9, 9], None),
+])
+def test_the_t5_charsmap_is_checked_without_a_copy(tmp_path: Path, charsmap: list[int], error: str | None) -> None:
+    b = Builder().kv("general.architecture", T["str"], "t5").kv("tokenizer.ggml.model", T["str"], "t5")
+    b.kv("tokenizer.ggml.tokens", T["arr"], (T["str"], [f"<t{i}>" for i in range(8)]))
+    b.kv("tokenizer.ggml.precompiled_charsmap", T["arr"], (T["u8"], charsmap))
+    path = tmp_path / "t5.gguf"
+    path.write_bytes(b.build())
+    got = load_vocab(read_header(str(path)))
+    assert (got["load_error"] is None) if error is None else (error in got["load_error"]), got["load_error"]
