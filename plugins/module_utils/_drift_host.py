@@ -32,14 +32,14 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._build import FAC
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_files
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import (
     DEFAULT_STATE_DIR,
     Runner,
     safe_path_component,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import query as query_lock
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
+from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import MAX_TEXT, tokenizer_fingerprint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
 
@@ -78,9 +78,17 @@ def model_fingerprint(path: str) -> Dict[str, Any]:
                 sample.update(bytes.fromhex(_sha256_range(handle, start, min(SAMPLE_BYTES, size - start))))
         return {"size": size, "header_sha256": head, "data_sample_sha256": sample.hexdigest(),
                 "tokenizer_fingerprint": tokenizer_fingerprint(header),
-                "architecture": header.python("general.architecture"), "name": header.python("general.name")}
+                "architecture": _shown(header, "general.architecture"), "name": _shown(header, "general.name")}
     except (OSError, SpecdecError) as exc:
         return {"error": str(exc)}
+
+
+def _shown(header: Any, key: str) -> Any:
+    """A header value to show: a string clipped past MAX_TEXT bytes, a scalar as is, an array (never a name) not."""
+    kv = header.kv.get(key)
+    if kv is None or kv.vtype == ValueType.ARRAY:
+        return None
+    return kv.text(MAX_TEXT) if kv.vtype == ValueType.STRING else kv.value
 
 
 def binary_fingerprint(path: Optional[str]) -> Optional[Dict[str, Any]]:
