@@ -99,7 +99,7 @@ options:
         C(llmfleet_specdec_finding) (labels C(finding), C(severity); 1 or 0 for every kind) and
         C(llmfleet_specdec_drift)."
       - Example alert rules are in C(examples/prometheus/llmfleet-specdec-rules.yml) of the collection.
-      - Writing it is the watch's report, not a change to the host's configuration: C(changed) stays false.
+      - Writing it is the watch's report, not a change to the host's configuration, so C(changed) stays false.
     type: path
 notes:
   - Needs root (C(become)) to read the state directory and the unit's process environment.

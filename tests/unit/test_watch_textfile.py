@@ -103,8 +103,8 @@ def test_the_file_is_written_whole_and_readable_by_node_exporter(tmp_path: Path)
         textfile.write(str(tmp_path / "missing"), "u", "")
 
 
-def test_the_module_refuses_a_missing_directory_before_it_watches(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_module_refuses_a_missing_directory_before_it_watches(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = {"state_dir": str(tmp_path), "window": 300, "textfile_dir": str(tmp_path / "nope")}
     with patch_module_args(args), pytest.raises(SystemExit):
         spec_watch.main()  # would wait 300 s, and call systemctl, if it watched first
