@@ -42,7 +42,7 @@ def _write(path: Path, kvs: list[bytes]) -> Path:
     return path
 
 
-SLACK = 4096  # bytes a writer leaves for its keys, so the file stays within ``size``
+SLACK = 16384  # bytes a writer leaves for its keys, so the file stays within ``size``
 
 
 def _base(model: str = "llama") -> list[bytes]:
@@ -112,6 +112,22 @@ def scores_and_types(path: Path, size: int) -> Path:
                          _kv_array("tokenizer.ggml.token_type", 5, n, np.ones(n, dtype="<i4").tobytes())])
 
 
+def nested_arrays(path: Path, size: int) -> Path:
+    """One key holding an array of two-byte u8 arrays (14 header bytes each: the reader's worst per-byte shape)."""
+    n = (size - SLACK) // 14
+    inner = np.zeros(n, dtype=[("type", "<u4"), ("count", "<u8"), ("b", "u1", (2,))])
+    inner["count"] = 2
+    inner["b"] = 1
+    return _write(path, [_kv_str("general.architecture", "llama"), _kv_array("t.nested", 9, n, inner.tobytes())])
+
+
+def many_keys(path: Path, size: int) -> Path:
+    """The most keys the reader takes (65,536), each holding an equal share of ``size`` as a string."""
+    n = 1 << 16
+    value = b"v" * max((size - SLACK) // n - 40, 1)
+    return _write(path, [_s(b"k%05d" % i) + struct.pack("<I", 8) + _s(value) for i in range(n)])
+
+
 def small_model(path: Path) -> Path:
     """A plain little vocabulary (the other side of a pair)."""
     return _write(path, [*_base(), _kv_array("tokenizer.ggml.tokens", 8, 300,
@@ -125,6 +141,8 @@ SHAPES: dict[str, Callable[[Path, int], Path]] = {
     "long tokens": long_tokens,
     "huge merges": huge_merges,
     "scores and types": scores_and_types,
+    "nested arrays": nested_arrays,
+    "65,536 keys": many_keys,
 }
 
 _WRAPPER = """
