@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman, _host_state
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report
 
@@ -56,13 +56,28 @@ def ab_history_add(existing: Any, document: Any) -> str:
         raise AnsibleFilterError(str(exc)) from None
 
 
-def ab_history_last(text: Any, what: str = "history.jsonl") -> str:
-    """The run id of the last readable line of a history.jsonl text; a clear error when there is none."""
+def ab_history_line(document: Any) -> dict[str, Any]:
+    """The history record of a judged run (report.json), for module ab_history."""
+    if not isinstance(document, dict) or "run_id" not in document:
+        raise AnsibleFilterError("ab_history_line: expected a report.json document with a run_id")
+    try:
+        return json.loads(_report.history_line(document))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"ab_history_line: run {document['run_id']!r} is not a judged report ({exc!r} "
+                                 "missing); give it report.json as spec_report wrote it") from None
+
+
+def ab_history_last(text: Any, what: str = "history.jsonl", unit: Any = None) -> str:
+    """The run id of the last readable line of a history.jsonl text (of ``unit``'s runs when given: lines of
+    other units are skipped, lines written before history was kept per unit count for every unit)."""
     run_id = None
+    want = _host_state.service_name(str(unit)) if unit else None
     for line in str(text or "").splitlines():
         try:
             record = json.loads(line)
         except ValueError:
+            continue
+        if want and isinstance(record, dict) and record.get("unit") not in (None, want):
             continue
         if isinstance(record, dict) and record.get("run_id"):
             run_id = record["run_id"]
@@ -72,7 +87,18 @@ def ab_history_last(text: Any, what: str = "history.jsonl") -> str:
     return ab_state_name(run_id, f"the last run id in {what}")
 
 
+def ab_dead_man(configs: Any, baseline: Any, estimates: Any, rollback_after: Any, health_timeout: Any,
+                rollback_max: Any) -> dict[str, Any]:
+    """Each candidate's dead-man and the lock's expiry from the plan; a slot that cannot fit is refused."""
+    names = [c["name"] if isinstance(c, dict) else str(c) for c in (configs or [])]
+    try:
+        return _deadman.plan_dead_man(names, str(baseline), dict(estimates or {}), int(rollback_after),
+                                      int(health_timeout), int(rollback_max))
+    except (SpecdecError, ValueError, TypeError) as exc:
+        raise AnsibleFilterError(f"ab_dead_man: {exc}") from None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"ab_lock_owner": ab_lock_owner, "ab_state_name": ab_state_name, "ab_history_add": ab_history_add,
-                "ab_history_last": ab_history_last}
+        return {"ab_dead_man": ab_dead_man, "ab_lock_owner": ab_lock_owner, "ab_state_name": ab_state_name,
+                "ab_history_add": ab_history_add, "ab_history_line": ab_history_line, "ab_history_last": ab_history_last}

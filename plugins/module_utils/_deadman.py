@@ -26,7 +26,7 @@ import json
 import math
 import os
 import tempfile
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
@@ -182,3 +182,57 @@ class DeadMan:
             for base in paths.dead_man_units:
                 self.sd.call(["systemctl", "reset-failed", base + ".timer", base + ".service"])
         return {"was_armed": bool(state["armed"]), "ran": bool(ran)}
+
+
+# ------------------------------------------------------------------ sizing the dead-man from the plan
+
+# How much longer than its estimate a slot's dead-man is: estimates of load and measurement are not promises.
+ESTIMATE_MARGIN = 1.5
+
+
+def plan_dead_man(configs: Sequence[str], baseline: str, estimates: Mapping[str, Any], rollback_after: int,
+                  health_timeout: int, rollback_max: int, margin: float = ESTIMATE_MARGIN) -> Dict[str, Any]:
+    """Each candidate's dead-man and the lock's expiry, from the plan, before anything changes.
+
+    ``estimates``: config name -> seconds its slot is expected to take (server load plus measurement; measured
+    or estimated by whoever plans the run). A candidate's dead-man is the larger of ``rollback_after`` and its
+    estimate times ``margin``, so it cannot fire mid-measurement and have production's numbers recorded as the
+    candidate's; one that would exceed ``rollback_max`` (how long the operator lets a candidate serve unattended)
+    is refused. The lock expires one health timeout and a minute after the longest slot (the baseline's included),
+    and the role renews it before every slot, so a live run never loses it.
+    """
+    if health_timeout < 1 or rollback_after <= health_timeout:
+        raise SpecdecError(f"rollback_after ({rollback_after} s) must be longer than health_timeout ({health_timeout} s): "
+                           "the dead-man must not fire while a candidate may still be starting")
+    if rollback_max < rollback_after:
+        raise SpecdecError(f"rollback_max ({rollback_max} s) is shorter than rollback_after ({rollback_after} s); "
+                           "raise it or lower rollback_after")
+    unknown = sorted(set(estimates) - set(configs))
+    if unknown:
+        raise SpecdecError(f"slot estimates name configs the run does not have: {', '.join(unknown)}; "
+                           f"its configs are {', '.join(configs)}")
+    per_config: Dict[str, int] = {}
+    longest = rollback_after
+    problems = []
+    for name in configs:
+        raw = estimates.get(name)
+        try:
+            estimate = None if raw is None else float(raw)
+        except (TypeError, ValueError):
+            raise SpecdecError(f"the slot estimate of {name} ({raw!r}) is not a number of seconds") from None
+        if estimate is not None and not 0 < estimate < 10 ** 7:
+            raise SpecdecError(f"the slot estimate of {name} ({raw!r}) must be a positive number of seconds")
+        need = math.ceil(estimate * margin) if estimate is not None else 0
+        longest = max(longest, need)
+        if name == baseline:
+            continue  # production itself: no dead-man, but its slot counts for the lock
+        if need > rollback_max:
+            problems.append(f"{name} (expected {estimate:.0f} s of load and measurement, x{margin} = {need} s)")
+        per_config[name] = max(rollback_after, need)
+    if problems:
+        raise SpecdecError(
+            f"the dead-man of these configs would have to be longer than rollback_max ({rollback_max} s), the longest "
+            f"a candidate may serve unattended: {'; '.join(problems)}. Raise spec_ab_rollback_max, or measure less per "
+            "slot (spec_ab_prompts_per_shape, spec_ab_shapes, spec_ab_load_bursts); nothing was changed")
+    return {"per_config": per_config, "longest": longest,
+            "lock_expires_after": longest + health_timeout + 60, "margin": margin}

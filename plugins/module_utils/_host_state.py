@@ -80,19 +80,23 @@ def safe_path_component(value: Any, what: str) -> str:
 
 
 def merge_history(existing: str, line: str) -> str:
-    """history.jsonl with ``line`` appended, or replacing the line of an earlier report of the same run.
+    """history.jsonl with ``line`` appended, or replacing the line of an earlier report of the same run (the same
+    run id, and the same unit when both lines name one).
 
     Lines that are not JSON are kept as they are: the history belongs to the operator, not to this code.
     """
     try:
-        run_id = json.loads(line).get("run_id")
+        new = json.loads(line)
+        run_id, unit = new.get("run_id"), new.get("unit")
     except (ValueError, AttributeError):
         raise SpecdecError(f"history line is not a JSON object: {line[:80]!r}") from None
     out: List[str] = []
     replaced = False
     for text in existing.splitlines():
         try:
-            same = run_id is not None and json.loads(text).get("run_id") == run_id
+            old = json.loads(text)
+            same = run_id is not None and old.get("run_id") == run_id and (
+                unit is None or old.get("unit") in (None, unit))
         except (ValueError, AttributeError):
             same = False
         if same and not replaced:
@@ -390,6 +394,49 @@ def query(params: Mapping[str, Any], run: Runner, now: Callable[[], float] = tim
                + (" (its dead-man timer is armed)" if armed else ""))
     return {"changed": False, "path": path, "unit": unit, "held": held, "holder": record, "stale": stale is not None,
             "why": why, "override_live": bool(found), "override": found}
+
+
+def add_history(state_dir: str, unit: str, record: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
+    """The judged run's line in ``<state_dir>/history.jsonl``, keyed by its unit and run id, under ``flock`` of
+    ``history.lock``; the file is 0600 (it names configs and verdicts of the operator's traffic)."""
+    if not os.path.isabs(state_dir):
+        raise SpecdecError(f"state_dir {state_dir!r} must be an absolute path, for example {DEFAULT_STATE_DIR}")
+    unit = service_name(unit)
+    line_record = dict(record, unit=unit)
+    safe_path_component(line_record.get("run_id"), "the history line's run_id")
+    line = json.dumps(line_record, sort_keys=True, separators=(",", ":"), default=str)
+    path = os.path.join(state_dir, "history.jsonl")
+    result: Dict[str, Any] = {"path": path, "changed": False, "line": line_record}
+    if check_mode:
+        old = read_text_or_empty(path)
+        result["changed"] = merge_history(old, line) != old
+        return result
+    _ensure_dirs(state_dir, 0o700)
+    with _Guard(os.path.join(state_dir, "history.lock")):
+        old = read_text_or_empty(path)
+        new = merge_history(old, line)
+        if new != old or (os.path.exists(path) and os.stat(path).st_mode & 0o077):
+            fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".history.jsonl.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    os.fchmod(fh.fileno(), 0o600)
+                    fh.write(new)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            result["changed"] = True
+    return result
+
+
+def read_text_or_empty(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return ""
 
 
 class _NoGuard:

@@ -506,9 +506,14 @@ class UnitOverride:
         return items
 
     def runs_override(self, paths: OverridePaths, info: Mapping[str, str], base: Mapping[str, str]) -> bool:
-        """Whether the unit may run something other than production now: our drop-in on disk or loaded, or a
-        process carrying the candidate of the env file left in /run (one that cannot be read counts)."""
+        """Whether the unit may run something other than production now: our drop-in on disk or loaded, a change
+        that did not finish, or a process carrying the candidate of the env file left in /run (one that cannot be
+        read counts)."""
         if os.path.exists(paths.dropin) or paths.dropin in info.get("DropInPaths", "").split():
+            return True
+        if os.path.exists(paths.script):
+            # A change that did not finish (its dead-man's script is still there): the process may run a candidate
+            # the env cannot show (a command-line drop-in), so production is restarted rather than trusted.
             return True
         config, env_file_exists = self.candidate_config(paths)
         if not env_file_exists:

@@ -25,12 +25,12 @@ description:
   - A lock left by a dead run is taken over, and the old record is returned in RV(taken_over) with the reason,
     only while the unit's dead-man timer (C(specdec-rollback-<unit>.timer), or its bridge C(specdec-rearm-<unit>.timer))
     is not armed - the dead run's candidate may still serve until it fires - and then when its expiry has passed,
-    or at once when its holder is provably gone: the controller ran on this very host (same boot id, same pid
+    or at once when its holder is provably gone - the controller ran on this very host (same boot id, same pid
     namespace) and its process is gone or its pid now belongs to a later process. A host name proves nothing (the
     containers of one image share it) and is never trusted.
   - O(state=absent) removes the lock if the C(run_id) of O(owner) holds it; the lock of another run is left in place
     (reported in RV(holder)), unless O(force=true).
-  - O(state=query) changes nothing (also outside check mode): whether a run holds the lock (RV(held), RV(holder)),
+  - O(state=query) changes nothing (also outside check mode) and says whether a run holds the lock (RV(held), RV(holder)),
     whether that lock is stale (RV(stale), RV(why)), and whether an override of M(llmfleet.specdec.unit_override) is
     live on the host (RV(override_live)). C(playbooks/tasks/require_unit_free.yml) uses it to keep deploy, build
     and promote off a unit an A/B is changing.
@@ -90,7 +90,7 @@ options:
     default: /var/lib/llmfleet-specdec
   state_mode:
     description:
-      - The mode of the state directory (it holds prompts and model output): created with it, and an existing one
+      - The mode of the state directory (it holds prompts and model output); it is created with it, and an existing one
         loses the bits it does not grant.
     type: raw
     default: "0700"
@@ -206,11 +206,12 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_if=[("state", "present", ("expires_after", "owner")), ("state", "absent", ("owner",))])
     params = dict(module.params)
+
+    def run(argv: object) -> object:
+        return module.run_command(list(argv))  # type: ignore[call-overload]
+
     try:
         params["state_mode"] = _mode(params["state_mode"])
-        def run(argv: object) -> object:
-            return module.run_command(list(argv))  # type: ignore[call-overload]
-
         if params["state"] == "present":
             result = _host_state.acquire(params, run=run, check_mode=module.check_mode)
         elif params["state"] == "query":

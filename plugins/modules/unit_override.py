@@ -26,7 +26,7 @@ description:
     unit's last journal lines, after production was restored and found healthy. If production does not come back
     either, the message says so in capitals, and the dead-man timer stays armed to try again.
   - Production is never left to this module alone. From the first change until production (or, without
-    O(rollback_after), the candidate) answers health, something on the host brings production back by itself: the
+    O(rollback_after), the candidate) answers health, something on the host brings production back by itself - the
     dead-man timer C(specdec-rollback-<unit>.timer), armed before anything else changes, or the restart job, which
     systemd completes without its caller. So a module killed with SIGKILL, an SSH link that drops or a controller
     that dies, at any step, ends with production restored, at the latest when the timer fires.
@@ -40,7 +40,7 @@ description:
     would postpone the rollback. A timer that fires after a restore finished finds no script and is skipped.
   - O(state=confirmed) checks that the candidate is healthy and disarms the timer, keeping the candidate until
     O(state=absent) or a reboot. An unhealthy candidate is not confirmed; its timer stays armed.
-  - O(state=absent) restores production in an order the host can finish alone from any step: production's port
+  - O(state=absent) restores production in an order the host can finish alone from any step - production's port
     checked (nothing changed yet), a dead-man armed if none is and an override is in place, the drop-in removed and
     reloaded, one restart job, the health wait for production's own config (its process must not carry the
     candidate), then the env file and the script removed and the timer disarmed last. It fails loudly, naming the

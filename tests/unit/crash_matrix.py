@@ -355,7 +355,7 @@ def matrix(root: Path, paths: Sequence[MatrixPath] = ()) -> List[Tuple[str, str,
 
 
 def render(rows: Sequence[Tuple[str, str, Dict[str, Cell]]]) -> str:
-    out = ["| path | point | " + " | ".join(COLUMNS) + " |", "| --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
+    out = ["| path | point | " + " | ".join(COLUMNS) + " |", "| --- | --- | " + " | ".join("---" for _column in COLUMNS) + " |"]
     for name, point, cells in rows:
         out.append(f"| {name} | {point} | " + " | ".join(
             cells[c].outcome if not cells[c].problems else "**FAILS**" for c in COLUMNS) + " |")

@@ -397,3 +397,59 @@ def test_the_owner_filter_names_this_controller_and_its_parent_process() -> None
     assert hs_filter.ab_lock_owner("r-1", unique=False)["run_id"] == "r-1"
     with pytest.raises(AnsibleFilterError):
         hs_filter.ab_lock_owner("a/b")
+
+
+# ------------------------------------------------------------------ the history under its lock, per unit
+
+
+def test_history_lines_are_kept_per_unit_under_a_lock_and_private(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    a = hs.add_history(state, "llama-server", {"run_id": "r-1", "recommendation": "draft"}, check_mode=False)
+    b = hs.add_history(state, "llama-alt.service", {"run_id": "r-2", "recommendation": None}, check_mode=False)
+    again = hs.add_history(state, "llama-server", {"run_id": "r-1", "recommendation": "draft"}, check_mode=False)
+    assert a["changed"] and b["changed"] and not again["changed"]
+    path = tmp_path / "state" / "history.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["unit"], line["run_id"]) for line in lines] == [("llama-server.service", "r-1"), ("llama-alt.service", "r-2")]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    text = path.read_text()
+    assert hs_filter.ab_history_last(text, "h", "llama-server") == "r-1"
+    assert hs_filter.ab_history_last(text, "h", "llama-alt") == "r-2" and hs_filter.ab_history_last(text) == "r-2"
+    with pytest.raises(SpecdecError, match="run_id"):
+        hs.add_history(state, "llama-server", {"run_id": "../x"}, check_mode=False)
+
+
+def _add_many(state: str, unit: str, start: Any) -> None:
+    start.wait()
+    for i in range(20):
+        hs.add_history(state, unit, {"run_id": f"{unit}-{i}"}, check_mode=False)
+
+
+def test_two_runs_finishing_at_once_never_lose_each_others_lines(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    hs.add_history(state, "u0", {"run_id": "first"}, check_mode=False)
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_add_many, args=(state, f"u{i}", start)) for i in range(1, 4)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+    lines = (tmp_path / "state" / "history.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 3 * 20 and len(set(lines)) == len(lines)
+
+
+def test_the_dead_man_is_sized_from_the_plan_and_a_slot_that_cannot_fit_is_refused() -> None:
+    configs = [{"name": "baseline"}, {"name": "draft"}, {"name": "slow"}]
+    plan = hs_filter.ab_dead_man(configs, "baseline", {"slow": 1000, "baseline": 1200}, 900, 120, 3600)
+    assert plan["per_config"] == {"draft": 900, "slow": 1500}  # 1000 s expected x 1.5
+    assert plan["longest"] == 1800 and plan["lock_expires_after"] == 1800 + 120 + 60  # the baseline's slot counts
+    with pytest.raises(AnsibleFilterError, match=r"slow \(expected 3000 s of load and measurement, x1.5 = 4500 s\)"):
+        hs_filter.ab_dead_man(configs, "baseline", {"slow": 3000}, 900, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="configs the run does not have: typo"):
+        hs_filter.ab_dead_man(configs, "baseline", {"typo": 10}, 900, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="must be longer than health_timeout"):
+        hs_filter.ab_dead_man(configs, "baseline", {}, 100, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="not a number of seconds"):
+        hs_filter.ab_dead_man(configs, "baseline", {"slow": "soon"}, 900, 120, 3600)

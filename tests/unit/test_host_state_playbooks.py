@@ -49,6 +49,11 @@ def test_report_partial_reports_from_the_hosts_partial_results_when_the_controll
     report = json.loads((local / "report.json").read_text())
     assert report["run_id"] == RUN_ID and "the controller stopped after 8 of 12 planned" in report["run_error"]
     assert (local / "partial.json").read_bytes() == (host_state / "runs" / RUN_ID / "partial.json").read_bytes()
+    # prompts and model output: private on the controller as on the host
+    private = [local, *local.iterdir(), results / "specdec-demo" / "history.jsonl", host_state / "history.jsonl"]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in private}
+    assert modes["partial.json"] == modes["report.json"] == modes["report.md"] == modes["history.jsonl"] == 0o600, modes
+    assert modes[RUN_ID] == 0o700, modes
     # the report and its history line went back to the host
     assert json.loads((host_state / "runs" / RUN_ID / "report.json").read_text()) == report
     history = [json.loads(line) for line in (host_state / "history.jsonl").read_text().splitlines()]

@@ -646,6 +646,8 @@ def _refusing_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
     ({"unit": "*", "state": "present", "env": {"A": "1"}}, "only goes with state=absent"),
     ({"unit": "a b", "state": "absent"}, "not a service name"),
     ({"unit": "llama-server", "state": "present"}, "give env"),
+    ({"unit": "llama-server", "state": "present", "env": {"A": "1"}, "restart": True}, "restart=true goes with state=absent"),
+    ({"unit": "*", "state": "absent", "restart": True}, "restart=true needs one unit"),
 ])
 def test_bad_input_fails_before_touching_the_host(params: Dict[str, Any], match: str) -> None:
     with pytest.raises(SpecdecError, match=match):
@@ -742,3 +744,28 @@ def test_roots_own_interpreter_is_kept() -> None:
     safe = os.path.realpath("/bin/sh")
     assert sd.writable_by_others(safe) is None
     assert sd.rollback_interpreter(safe, fallback="/nonexistent/python3") == safe
+
+
+def test_a_fresh_baseline_start_restarts_production_with_nothing_in_place(tmp_path: Path) -> None:
+    """C2: absent with restart=true restarts production (one restart job, no stop-then-start) and checks it."""
+    import crash_matrix as cm
+
+    cm.install()
+    host = cm.Host(tmp_path / "h")
+    try:
+        before = host.fake.state()["units"][cm.UNIT]["pid"]
+        plain = host.manager().absent(cm.UNIT)
+        assert plain["changed"] is False and plain["restarted"] is False and plain["main_pid"] == before
+        fresh = host.manager().absent(cm.UNIT, restart=True)
+        assert fresh["changed"] is True and fresh["restarted"] is True and fresh["main_pid"] != before
+        assert host.serves_production() and host.leftovers() == []
+        calls = [c for c in host.fake.state()["calls"] if c[:2] == ["systemctl", "restart"]]
+        assert calls == [["systemctl", "restart", "--no-block", cm.UNIT]]
+        assert not [c for c in host.fake.state()["calls"] if c[:2] in (["systemctl", "stop"], ["systemctl", "start"])]
+        # a busy production port is refused before anything changes, naming the holder
+        squatter = host.fake.squat(host.servers[cm.UNIT].port)
+        host.fake.run(["systemctl", "stop", cm.UNIT])
+        with pytest.raises(uo.PortBusyError, match=f"is held by pid {squatter} .*nothing was changed"):
+            host.manager().absent(cm.UNIT, restart=True)
+    finally:
+        host.close()
