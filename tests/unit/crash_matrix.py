@@ -412,8 +412,10 @@ steps (and after the last), three ways; each cell says what brought production b
   more on the host; the operator runs `rollback.yml` once the host answers.
 
 In every cell, after time moved on: production active with production's config (within the path's dead-man time
-at the latest), nothing of ours in `/run`, no timer loaded, and the unit's lock released or stale and taken over
-by a new run. The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last
+at the latest), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
+the next `unit_override` or `rollback.yml` removes it), no timer loaded, and the unit's lock released or stale and
+taken over by a new run. A start state the operator chose (a confirmed candidate) may also stay as it was when the
+module died before changing it. The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last
 `daemon-reload`; transient timers fire on the wall clock, honour `ConditionPathExists=` and run the real rollback
 script). `molecule/deadman` repeats the decisive points on real systemd.
 
