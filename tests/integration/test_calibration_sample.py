@@ -1,11 +1,12 @@
 """A seeded sample of `make benchmark-calibration` (benchmarks/calibration.py): one A/A run on the tiny bed.
 
-The benchmark's own pieces, on the real llama-server: ``one_run`` (rounds x configs in the protocol's order, each
-config on its own server start, every shape measured by ``_endpoint.run_bench``), then ``tally`` (the run judged
-by ``_judge.judge`` with the calibrated method and with the old bootstrap) and ``print_table``. Two rounds of
-baseline and its twin: four server starts of the 1.5 MB target, seconds. What the twin is called is not asserted
-(a calibrated method says "no difference" about 95 % of the time; the benchmark counts that over many runs):
-the sample shows that the benchmark still runs end to end and judges the same data the same way twice.
+The benchmark's own pieces on the real llama-server: ``role_run`` (the role's schedule: ``ab_schedule``'s plan,
+``ab_round``'s slots, a fresh server start per slot, every shape measured by ``_endpoint.run_bench``, ``ab_look``
+after each round), then ``judge_runs`` (the confirmatory verdicts of ``_judge.judge``) and ``print_real``. The
+baseline and one null twin over at most two rounds: four server starts of the 1.5 MB target at most, seconds.
+What the twin is called is not asserted beyond "not a WIN or a LOSS is the usual outcome" (the benchmark counts
+the false-WIN rate over many runs); the sample shows that the benchmark still runs end to end on the role's
+schedule and judges the same data the same way twice.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import pytest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-VERDICTS = {"no difference", "win", "loss", "not called", "invalid"}
 
 
 def _calibration():
@@ -28,7 +28,7 @@ def _calibration():
     return module
 
 
-def test_one_aa_run_of_the_tiny_bed_is_measured_in_order_and_judged(
+def test_one_aa_run_of_the_tiny_bed_is_measured_on_the_roles_schedule_and_judged(
         standard_models: dict[str, Path], llama_server_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     calibration = _calibration()
@@ -37,26 +37,31 @@ def test_one_aa_run_of_the_tiny_bed_is_measured_in_order_and_judged(
     monkeypatch.setattr(calibration, "CACHE", tmp_path)
     monkeypatch.setenv("LLAMA_SERVER_BIN", llama_server_bin)
     bed = calibration.beds(1)["tiny"]
-    run = calibration.one_run(bed, ["baseline", "twin"], rounds=2, prompts=2, seed=3)
+    bed["configs"] = {"baseline": bed["configs"]["baseline"], "twin1": bed["configs"]["twin1"]}
+    run = calibration.role_run(bed, max_rounds=2, prompts=2, seed=3)
 
-    # the protocol's order: every config once per round, rotated by one each round
-    assert [(e["round"], e["config"]) for e in run["entries"]] == [
-        (0, "baseline"), (0, "twin"), (1, "twin"), (1, "baseline")]
-    shapes = list(calibration.SHAPES)
-    for entry in run["entries"]:
+    entries = run["entries"]
+    rounds = sorted({e["round"] for e in entries})
+    assert rounds[0] == 0 and rounds == list(range(len(rounds))), rounds
+    # every round measures the baseline and each config the last look kept, once each, each on its own start
+    for rnd in rounds:
+        names = [e["config"] for e in entries if e["round"] == rnd]
+        assert sorted(names) == sorted(set(names)) and "baseline" in names, (rnd, names)
+    assert {e["config"] for e in entries if e["round"] == 0} == {"baseline", "twin1"}
+    for entry in entries:
         measured = [(r["shape"], r["prompt_index"]) for r in entry["bench"]["requests"]]
-        assert sorted(measured) == sorted((s, p) for s in shapes for p in range(2)), entry["config"]
+        assert sorted(measured) == sorted((s, p) for s in bed["shapes"] for p in range(2)), entry["config"]
         assert all(r.get("predicted_per_second") for r in entry["bench"]["requests"])
-    assert run["entries"][1]["server_config"] == calibration.TWIN_ENV
+    assert [e["server_config"] for e in entries if e["config"] == "twin1"][0] == {"SPECDEC_TWIN": "1"}
 
-    for method, margin in (("rounds", calibration._stats.EQUIVALENCE_MARGIN), ("request-bootstrap", 0.0)):
-        first = calibration.tally([run], method, margin)
-        assert list(first) == ["twin"]
-        assert sum(first["twin"].values()) == len(shapes)  # one verdict per shape
-        assert set(first["twin"]) <= VERDICTS
-        assert calibration.tally([run], method, margin) == first  # seeded: the same data judged the same way
+    first = calibration.judge_runs([run])
+    assert first["runs"] == 1 and first["starts"] == len(entries)
+    assert set(first["verdicts"]) == {"twin1"}
+    assert sum(first["verdicts"]["twin1"].values()) == 1  # one confirmatory verdict per config and run
+    assert set(first["verdicts"]["twin1"]) <= set(calibration._design.VERDICTS)
+    assert calibration.judge_runs([run]) == first  # seeded: the same data judged the same way
 
-    calibration.print_table({"tiny": [run], "win": []}, calibration._stats.EQUIVALENCE_MARGIN)
-    table = capsys.readouterr().out.splitlines()
-    assert [line.split(" | ")[:4] for line in table[2:]] == [
-        ["| tiny", "twin", "no difference", "1"], ["| tiny", "twin", "no difference", "1"]]
+    calibration.print_real("tiny", first, 0.0)
+    out = capsys.readouterr().out
+    assert "tiny bed on the role's schedule: 1 runs" in out
+    assert out.splitlines()[-2].startswith("| twin1 | ")
