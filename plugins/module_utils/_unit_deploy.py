@@ -15,10 +15,10 @@ vLLM venv or image) has no such vehicle, so it goes the way a build switch goes 
    every file). From here on, whatever happens to the module, the link or the controller, the host puts the
    previous files back, reloads and restarts the unit when the timer fires, unless the deploy finished first.
 3. **Write, reload, one restart job, health** from a new process that serves the port and carries the new env.
-4. **Finish**: the record first (a timer that fires now finds nothing to do and removes its script), then the
-   script (a timer that fires now is skipped), then the timer. On failure the previous files go back, the unit restarts on them and must answer
-   health; if it does not, the dead-man stays armed and tries once more. A deploy interrupted before it finished
-   (its record is still in ``/run``) is undone first by the next one.
+4. **Finish**: the record first (a timer that fires now finds nothing to do and removes its script), then
+   the script (a timer that fires now is skipped), then the timer. On failure the previous files go back, the
+   unit restarts on them and must answer health; if it does not, the dead-man stays armed and tries once more.
+   A deploy interrupted before it finished (its record is still in ``/run``) is undone first by the next one.
 
 A unit that does not serve (a first deploy, a stopped or failed unit) has no production to protect: its files
 are written and systemd reloaded, and the caller starts it and checks its health.

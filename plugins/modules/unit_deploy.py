@@ -19,7 +19,7 @@ description:
   - A unit that serves is refused, with nothing changed, while C(unit_override) has an override on it (an A/B run, or
     one left behind; run playbook C(llmfleet.specdec.rollback) first), and when the port the new files name is held
     by another process. Then a transient timer C(specdec-deploy-rollback-<unit>.timer) is armed first, then its
-    self-contained script and its record under C(/run/llmfleet-specdec/deploy/<unit>/) (0600 in 0700 folders: the
+    self-contained script and its record under C(/run/llmfleet-specdec/deploy/<unit>/) (0600 in 0700 folders, holding the
     previous content and mode of every changed file). The files are written (each atomically), systemd reloaded,
     one C(systemctl restart) job queued, and the unit must answer C(GET /health) from a new process of its own
     within O(health_timeout), carrying the new env file's variables. Then the record, the timer and the script

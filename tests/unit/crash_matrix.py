@@ -723,8 +723,14 @@ steps (and after the last), three ways; each cell says what brought production b
 - **connection dropped**: the module dies with the SSH link at the point (SIGHUP); the controller runs nothing
   more on the host; the operator runs `rollback.yml` once the host answers.
 
-In every cell, after time moved on: production active with production's config (within the path's dead-man time
-at the latest), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
+Promote and deploy are plays of several modules (the lock, the override or `unit_deploy`, the commit, the restore,
+the release): each task's start is a point too, and a controller killed during a task lets that module finish and
+starts no later task (no rescue, no release). Build activation is one module (`llamacpp_activate`).
+
+In every cell, after time moved on: production active with production's config (the previous one, or a new one
+that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs
+from what runs (the env file, the unit file, the launcher, `current` and the build record: no unverified change
+waits for the next restart), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
 the next `unit_override` or `rollback.yml` removes it), no timer loaded, and the unit's lock released or stale and
 taken over by a new run. A start state the operator chose (a confirmed candidate) may also stay as it was when the
 module died before changing it. The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last

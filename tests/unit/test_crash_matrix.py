@@ -54,7 +54,10 @@ def _cells(rows: List[Any], name: str) -> dict:
     return {point: cells for path, point, cells in rows if path == name}
 
 
-@pytest.mark.parametrize("path", [p.name for p in cm.PLAYS if p.name.startswith(("promote.yml (lock", "deploy: redeploy of a changed env"))])
+VEHICLE_PLAYS = [p.name for p in cm.PLAYS if p.name.startswith(("promote.yml (lock", "deploy: redeploy of a changed env"))]
+
+
+@pytest.mark.parametrize("path", VEHICLE_PLAYS)
 def test_a_dead_controller_leaves_the_previous_config_before_the_commit_and_the_verified_one_after(
         rows: List[Any], path: str) -> None:
     cells = _cells(rows, path)
@@ -75,7 +78,7 @@ def test_a_change_that_cannot_start_never_serves_and_never_waits_on_disk(rows: L
 
 
 def test_a_redeployed_unit_file_is_put_back_by_the_host(rows: List[Any]) -> None:
-    cells = _cells(rows, [p.name for p in cm.PLAYS if p.name.startswith("deploy: redeploy of a changed unit file")][0])
+    cells = _cells(rows, next(p.name for p in cm.PLAYS if p.name.startswith("deploy: redeploy of a changed unit file")))
     assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the deploy's dead-man timer"
     assert cells["before systemctl restart llama-server"]["module SIGKILL"].ends_on == 0
     # killed after health, before its record went: the host still puts the previous files back (a verified config)
