@@ -584,7 +584,7 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
             outcome = _play_outcome(host, before, started, start, path, died or gone, failed, rolled_back, at_once)
         elif column == "controller killed" or not died:
             outcome = "the module (candidate failed, production restored)" if failed else "the module"
-        elif column == "connection dropped":
+        elif column == "connection dropped" and rolled_back:
             outcome = "rollback.yml"
         else:
             who = _who_restored(host, before, started)
