@@ -483,6 +483,8 @@ def _who_restored(host: Host, before: Dict[str, Any], since: float) -> str:
             return "the deploy's dead-man timer"
         if name.startswith("specdec-build-rollback-"):
             return "the build's dead-man timer"
+        if name.startswith("specdec-canary-"):
+            return "nothing changed (the canary spec's timer removes it)"
         return "dead-man timer"
     return ""
 
@@ -560,6 +562,7 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
                 problems.append(f"rollback.yml failed: {exc}")
         at_once = all(host.serves_production(name) for name in path.units) and any(
             _unit_state(host, name) != start["units"][name] for name in path.units)
+        served_at_once = _served(host, path)
         # Now only the host acts: time moves on to each timer in turn until every unit serves production again.
         restored_at = None
         while host.fake.now() - started <= path.dead_man + HEALTH_TIMEOUT:
@@ -588,7 +591,11 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
             outcome = "rollback.yml"
         else:
             who = _who_restored(host, before, started)
-            if at_once:
+            if at_once and who.startswith(("the deploy's", "the build's")):
+                # production answered on the new config; the dead-man's record was still there
+                outcome = "restart job; " + who + (" puts the previous config back" if _served(host, path) != served_at_once
+                                                   else " finds nothing to do")
+            elif at_once:
                 outcome = "restart job" + (" (the armed dead-man restarts it once more)" if who else "")
             elif who:
                 outcome = who
@@ -602,6 +609,16 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
         return Cell(outcome, restored_at or 0.0, problems, ends_on), labels
     finally:
         host.close()
+
+
+def _served(host: Host, path: MatrixPath) -> List[Any]:
+    """What each unit serves: its env and the binary its process runs."""
+    state = host.fake.state()
+    out = []
+    for name in path.units:
+        pid = state["units"][name]["pid"]
+        out.append((host.fake.serving(name), state["procs"].get(str(pid), {}).get("exe") if pid else None))
+    return out
 
 
 def _play_outcome(host: Host, before: Dict[str, Any], started: float, start: Dict[str, Any], path: MatrixPath,
