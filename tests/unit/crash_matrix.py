@@ -329,7 +329,7 @@ def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool) -> Callabl
             if committed:
                 host.task("copy: put the previous env file back", lambda: _write(env_path, old_text))
                 if record:
-                    host.task("file: remove the failed promotion's record", lambda: record_path.unlink())
+                    host.task("file: remove the failed promotion's record", record_path.unlink)
             try:
                 host.task("unit_override state=absent (rescue)",
                           lambda: host.manager().absent(UNIT, restart=committed))
