@@ -105,7 +105,7 @@ def build_paths(current: str, run_dir: str = "/run") -> BuildPaths:
     state_dir = os.path.join(run_dir, STATE_DIR_NAME, "llamacpp-build", stem)
     return BuildPaths(root=os.path.dirname(os.path.normpath(current)), current=os.path.normpath(current),
                       state_dir=state_dir, meta=os.path.join(state_dir, "activation.json"),
-                      script=os.path.join(state_dir, "rollback.py"), lock=state_dir + ".lock",
+                      script=os.path.join(state_dir, "rollback.py"), lock=state_dir,
                       rollback_unit="specdec-build-rollback-" + stem)
 
 
@@ -246,6 +246,10 @@ CANARY_LOADER = (
 )
 
 
+# Run by the spec's cleanup timer (no dollar or percent sign: systemd expands them in a command line).
+SPEC_REMOVER = "import os,sys\ntry:\n os.unlink(sys.argv[1])\nexcept FileNotFoundError:\n pass\n"
+
+
 def canary_argv(binary: str, production_argv: Sequence[str], port: int, ctx_size: int, extra: Sequence[str]) -> List[str]:
     """The new binary with production's arguments, then the canary's own endpoint and context, which win:
     llama-server reads its arguments in order (a later value replaces an earlier one) and a flag outranks its
@@ -273,6 +277,7 @@ import time
 import urllib.request
 
 META = {meta!r}
+SCRIPT = {script!r}
 
 
 def say(message):
@@ -286,7 +291,7 @@ def main():
     except FileNotFoundError:
         say("nothing to do: the activation finished")
         try:
-            os.unlink(sys.argv[0])
+            os.unlink(SCRIPT)
         except OSError:
             pass
         return 0
@@ -329,7 +334,8 @@ def main():
                         say(unit["unit"] + " answers " + unit["url"] + " on " + meta["previous"])
             except Exception:
                 pass
-        time.sleep(0.5)
+        if waiting:
+            time.sleep(0.5)
     for path in (META, meta["script"]):
         try:
             os.unlink(path)
@@ -350,15 +356,18 @@ if __name__ == "__main__":
 
 
 def render_rollback_script(paths: BuildPaths, python: str) -> str:
-    return _ROLLBACK_SCRIPT.format(python=python, timer=paths.timer, current=paths.current, meta=paths.meta)
+    return _ROLLBACK_SCRIPT.format(python=python, timer=paths.timer, current=paths.current, meta=paths.meta,
+                                   script=paths.script)
 
 
 def timer_command(paths: BuildPaths, deadline_epoch: float, python: str, health_timeout: int) -> List[str]:
-    """Armed like unit_override's dead-man: a wall-clock instant (a daemon-reload does not move it)."""
+    """Armed like unit_override's dead-man: a wall-clock instant (a daemon-reload does not move it), skipped once
+    its script is gone (so it can be armed before the script is written, and the script removed before it stops)."""
     return ["systemd-run", f"--unit={paths.rollback_unit}",
             f"--description=llmfleet.specdec dead-man of the build switch of {paths.current}",
             f"--on-calendar={calendar_spec(deadline_epoch)}", "--timer-property=AccuracySec=1s",
-            "--property=Type=oneshot", f"--property=TimeoutStartSec={int(health_timeout) + 60}", python, paths.script]
+            "--property=Type=oneshot", f"--property=TimeoutStartSec={int(health_timeout) + 60}",
+            f"--property=ConditionPathExists={paths.script}", python, paths.script]
 
 
 # ------------------------------------------------------------------ the activation
@@ -431,6 +440,15 @@ class Activation:
         _private_dir(spec_dir)
         spec_path = os.path.join(spec_dir, name + ".json")
         full_argv = canary_argv(binary, argv, port, ctx_size, extra)
+        # The spec holds production's environment: a timer armed before it is written removes it if the canary never
+        # starts (the module died in between); the loader deletes it as the canary starts; the timer goes after.
+        cleanup = name + "-spec"
+        self.sd.call(["systemctl", "stop", cleanup + ".timer"])
+        self.sd.call(["systemctl", "reset-failed", cleanup + ".timer", cleanup + ".service"])
+        self.sd.call(["systemd-run", f"--unit={cleanup}", f"--description=llmfleet.specdec: remove {spec_path}",
+                      f"--on-calendar={calendar_spec(self.wall() + int(timeout) + 60)}", "--timer-property=AccuracySec=1s",
+                      "--property=Type=oneshot", f"--property=ConditionPathExists={spec_path}",
+                      self.python, "-c", SPEC_REMOVER, spec_path])
         write_atomic(spec_path, json.dumps({"argv": full_argv, "env": canary_env(env), "uid": ids[0], "gid": ids[1],
                                             "groups": ids[2], "cwd": cwd or "/"}), 0o600)
         url = f"http://127.0.0.1:{port}/health"
@@ -468,6 +486,8 @@ class Activation:
         finally:
             self.sd.call(["systemctl", "stop", name + ".service"])
             _unlink(spec_path)
+            self.sd.call(["systemctl", "stop", cleanup + ".timer"])
+            self.sd.call(["systemctl", "reset-failed", cleanup + ".timer", cleanup + ".service"])
 
     # ---------------------------------------------------------- health of a restarted unit
 
@@ -508,27 +528,25 @@ class Activation:
     # ---------------------------------------------------------- the dead-man
 
     def arm(self, paths: BuildPaths, meta: Dict[str, Any], seconds: int, health_timeout: int) -> None:
-        _private_dir(os.path.dirname(os.path.dirname(paths.state_dir)))
-        _private_dir(os.path.dirname(paths.state_dir))
-        _private_dir(paths.state_dir)
-        write_atomic(paths.script, render_rollback_script(paths, self.python), 0o700)
+        """The timer first (skipped while its script is missing), then the script, then the record: a module that
+        dies at any of these leaves nothing in /run that the timer does not remove, and nothing has moved yet."""
         deadline = math.ceil(self.wall() + int(seconds))
-        write_atomic(paths.meta, json.dumps(dict(meta, deadline=deadline, script=paths.script), sort_keys=True) + "\n", 0o600)
         self.sd.call(["systemctl", "stop", paths.timer])
         self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
         rc, out, err = self.sd.call(timer_command(paths, deadline, self.python, health_timeout))
         if rc != 0:
-            _unlink(paths.meta)
-            _unlink(paths.script)
             raise ActivateError(f"the dead-man of the build switch could not be armed, so 'current' was not moved: "
                                 f"`systemd-run` failed (rc {rc}): {(err or out).strip()[-300:]}")
+        write_atomic(paths.script, render_rollback_script(paths, self.python), 0o700)
+        write_atomic(paths.meta, json.dumps(dict(meta, deadline=deadline, script=paths.script), sort_keys=True) + "\n", 0o600)
 
     def disarm(self, paths: BuildPaths) -> None:
-        """The record goes first: a timer that fires in between finds nothing to do (and removes its script)."""
+        """The record first, then the script (a timer that fires in between finds nothing to do, or is skipped),
+        then the timer."""
         _unlink(paths.meta)
+        _unlink(paths.script)
         self.sd.call(["systemctl", "stop", paths.timer])
         self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
-        _unlink(paths.script)
 
     def finish_interrupted(self, paths: BuildPaths, health_timeout: int) -> str | None:
         """An activation that never finished left its record: put its previous build back first."""
@@ -588,13 +606,15 @@ class Activation:
         if not self.check_mode:
             if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
                 raise ActivateError(f"{binary} is not an executable file: build {name} is not installed; nothing was changed")
-            _private_dir(os.path.dirname(os.path.dirname(paths.lock)))
-            _private_dir(os.path.dirname(paths.lock))
-            lock = open(paths.lock, "a", encoding="utf-8")  # held until the activation returns
+            for directory in (os.path.dirname(os.path.dirname(paths.state_dir)), os.path.dirname(paths.state_dir),
+                              paths.state_dir):
+                _private_dir(directory)
+            # flock() on the link's own state directory, held until the activation returns: no lock file is left
+            lock = os.open(paths.lock, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                lock.close()
+                os.close(lock)
                 raise ActivateError(f"another activation of {paths.current} is running on this host (it holds "
                                     f"{paths.lock}); nothing was changed") from None
             try:
@@ -604,7 +624,7 @@ class Activation:
                     result["changed"] = True
                 return self._activate(params, paths, name, build_dir, binary, units, result)
             finally:
-                lock.close()
+                os.close(lock)
         return self._activate(params, paths, name, build_dir, binary, units, result)
 
     def _activate(self, params: Mapping[str, Any], paths: BuildPaths, name: str, build_dir: str, binary: str,

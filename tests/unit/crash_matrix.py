@@ -25,6 +25,7 @@ own steps through ``Faults.step`` (or through the host's runner and the patched 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -39,11 +40,14 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
 
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 
+from ansible_collections.llmfleet.specdec.plugins.filter.envfile import env_file_changes  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import env_config_from_mapping  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_deploy import UnitDeploy  # noqa: E402
 
 UNIT = "llama-server.service"
 ALT = "llama-alt.service"
@@ -61,18 +65,27 @@ class Killed(BaseException):
     """The module process is gone (SIGKILL, SIGHUP): nothing after this runs, not even a finally."""
 
 
-class Faults:
-    """Counts an operation's host-changing steps and kills it before step ``kill_at`` (1-based)."""
+class ControllerGone(BaseException):
+    """The controller is gone: the module that ran finished, no later task of the play starts."""
 
-    def __init__(self, kill_at: Optional[int] = None) -> None:
+
+class Faults:
+    """Counts an operation's host-changing steps and kills it before step ``kill_at`` (1-based); or, with
+    ``controller_at``, lets the module at that step run on and starts no later task (``Host.task``)."""
+
+    def __init__(self, kill_at: Optional[int] = None, controller_at: Optional[int] = None) -> None:
         self.kill_at = kill_at
+        self.controller_at = controller_at
         self.labels: List[str] = []
         self.dead = False
+        self.controller_dead = False
 
     def step(self, label: str) -> None:
         if self.dead:
             raise Killed(label)
         self.labels.append(label)
+        if self.controller_at is not None and len(self.labels) == self.controller_at:
+            self.controller_dead = True
         if self.kill_at is not None and len(self.labels) == self.kill_at:
             self.dead = True
             raise Killed(label)
@@ -81,15 +94,21 @@ class Faults:
 _MUTATING = {"restart", "start", "stop", "daemon-reload", "reset-failed"}
 
 
+def _stable(name: str) -> str:
+    """A build's dead-man is named after its link's path (the case's scratch directory): one name in the table."""
+    return re.sub(r"specdec-build-rollback-[^ .]*(\.[a-z]+)?", lambda m: "specdec-build-rollback-<link>" + (m.group(1) or ""),
+                  name.replace(".cpp-current", "-cpp-current"))
+
+
 def _label(argv: Sequence[str]) -> Optional[str]:
     argv = list(argv)
     if argv[0] == "systemd-run":
         unit = next(a.split("=", 1)[1] for a in argv if a.startswith("--unit="))
-        return f"systemd-run {unit}.timer"
+        return _stable(f"systemd-run {unit}" + (".timer" if any(a.startswith("--on-calendar=") for a in argv) else ".service"))
     if argv[0] == "systemctl":
         words = [a for a in argv[1:] if not a.startswith("--")]
         if words and words[0] in _MUTATING:
-            return "systemctl " + " ".join(w.replace(".service", "") for w in words)
+            return _stable("systemctl " + " ".join(w.replace(".service", "") for w in words))
     return None
 
 
@@ -99,20 +118,50 @@ CURRENT: List[Host] = []  # the host under test, whose Faults the patched file h
 class Host:
     """One fake host (units, /proc, /run, a lock directory) and the factories a path needs."""
 
-    def __init__(self, root: Path, units: Sequence[str] = (UNIT,)) -> None:
+    def __init__(self, root: Path, units: Sequence[str] = (UNIT,), unit_files: bool = False,
+                 binary_under: Optional[str] = None) -> None:
+        binary = str(root / binary_under / "current" / "bin" / "llama-server") if binary_under else None
         self.root = root
         self.fake = FakeSystemd(root)
         self.servers = {name: HealthServer.get(index, self.fake) for index, name in enumerate(units)}
-        specs = {}
+        specs: Dict[str, Dict[str, Any]] = {}
         for name, server in self.servers.items():
             env = root / "etc" / (name[: -len(".service")] + ".env")
             env.parent.mkdir(parents=True, exist_ok=True)
             env.write_text(f"LLAMA_ARG_PORT={server.port}\nLLAMA_ARG_MODEL=/m/target.gguf\n")
             specs[name] = {"env_files": [str(env)]}
+            if unit_files:  # a unit file of its own, as role llamacpp_serve writes one (what the model reads of it)
+                unit_file = root / "etc" / "systemd" / name
+                unit_file.parent.mkdir(parents=True, exist_ok=True)
+                unit_file.write_text(f"[Service]\nEnvironmentFile={env}\nExecStart=/usr/bin/python3 /launcher\n")
+                specs[name]["unit_file"] = str(unit_file)
+            if binary:
+                specs[name]["binary"] = binary
+        if binary:
+            self.build_host(Path(binary).parents[2])
         self.fake.create(specs)
         self.state_dir = str(root / "state")
         self.faults = Faults()
+        # What each unit may serve at the end: production's config, or one a path verified and committed.
+        self.accepted: Dict[str, List[Dict[str, str]]] = {name: [self.production_env(name)] for name in units}
         CURRENT[:] = [self]
+
+    @staticmethod
+    def build_host(root: Path) -> None:
+        """Two llama.cpp builds under ``root`` and ``current`` pointing at the old one."""
+        for build in ("old-cpu", "new-cpu"):
+            binary = root / build / "bin" / "llama-server"
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            binary.write_text("#!/bin/sh\n")
+            binary.chmod(0o755)
+        os.symlink("old-cpu", root / "current")
+
+    def task(self, label: str, call: Callable[[], Any]) -> Any:
+        """One task of a play: its start is a step boundary; a controller that is gone starts no task."""
+        self.faults.step(label)
+        if self.faults.controller_dead:
+            raise ControllerGone(label)
+        return call()
 
     def close(self) -> None:
         for server in self.servers.values():
@@ -134,7 +183,7 @@ class Host:
 
     def serves_production(self, unit: str = UNIT) -> bool:
         env = self.fake.serving(unit)
-        return env is not None and env == self.production_env(unit)
+        return env is not None and env in self.accepted.get(unit, [self.production_env(unit)])
 
     def leftovers(self) -> List[str]:
         run = self.fake.run_dir
@@ -168,6 +217,10 @@ class MatrixPath:
     dead_man: int = ROLLBACK_AFTER  # the longest a host alone may take to restore production
     keeps: Optional[Dict[str, str]] = None  # a candidate the operation keeps once healthy (present without a dead-man)
     notes: List[str] = field(default_factory=list)
+    tasks: bool = False  # a play of several module calls (``Host.task``): the controller may die between them
+    lock_expires: int = LOCK_EXPIRES  # the operation's own lock, if it takes one
+    host: Dict[str, Any] = field(default_factory=dict)  # how the fake host is made (``Host`` keywords)
+    check: Optional[Callable[[Host], List[str]]] = None  # what else must hold at the end (files, links, records)
 
 
 def _from_production(host: Host) -> None:
@@ -215,18 +268,224 @@ PATHS: List[MatrixPath] = [
 ]
 
 
+# ------------------------------------------------------------------ plays of several modules: promote, deploy, build
+#
+# Each is the host-changing tasks of its playbook or role, in order, with the rescue the play runs when a module
+# fails (``Host.task``: a task's start is a step boundary; a controller that is gone starts no task).
+
+PROMOTED = {"LLAMA_ARG_SPEC_TYPE": "ngram-mod", "LLAMA_ARG_SPEC_NGRAM_SIZE_N": "4"}
+PROMOTED_BROKEN = {"LLAMA_ARG_SPEC_TYPE": "ngram-mod", "FAKE_FAIL_START": "1"}
+NEW_UNIT = {"FAKE_UNIT": "v2"}  # what the model reads of a new unit file (a new ExecStart=, launcher or venv)
+
+
+def _write(path: Path, text: str) -> None:
+    """ansible.builtin.copy: one atomic rename, so the task's start is its only step boundary."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _env_path(host: Host) -> Path:
+    return host.root / "etc" / "llama-server.env"
+
+
+def _with(host: Host, *extra: Dict[str, str]) -> Dict[str, str]:
+    env = host.production_env()
+    for item in extra:
+        env.update(item)
+    return env
+
+
+def _accepting(*extra: Dict[str, str]) -> Callable[[Host], None]:
+    """A start state of production, where the new config is production too once it answered (committed)."""
+    def setup(host: Host) -> None:
+        host.accepted[UNIT].append(_with(host, *extra))
+    return setup
+
+
+def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool) -> Callable[[Host], None]:
+    """playbooks/promote.yml (``record``), or roles llamacpp_serve / vllm_serve redeploying a changed env file
+    (tasks/files.yml): lock; the change as an override under the dead-man and health; the commit; the override
+    removed, production restarted on the new file and checked; on failure the previous files back; the lock
+    released in any case."""
+    def play(host: Host) -> None:
+        env_path = _env_path(host)
+        old_text = env_path.read_text()
+        new_text = old_text + "".join(f"{name}={value}\n" for name, value in new_vars.items())
+        record_path = host.root / "etc" / "llama-server.promoted.json"
+        host.task("ab_lock state=present", lambda: host.lock(owner))
+        committed = False
+        error: Optional[UnitOverrideError] = None
+        try:
+            changes = env_file_changes(new_text, old_text)
+            host.task("unit_override state=present", lambda: host.manager().present(UNIT, _config(changes), ROLLBACK_AFTER))
+            host.task("copy: commit the env file", lambda: _write(env_path, new_text))
+            committed = True
+            if record:
+                host.task("copy: commit the promotion record", lambda: _write(record_path, '{"config": "winner"}\n'))
+            host.task("unit_override state=absent", lambda: host.manager().absent(UNIT))
+        except UnitOverrideError as exc:
+            error = exc
+            if committed:
+                host.task("copy: put the previous env file back", lambda: _write(env_path, old_text))
+                if record:
+                    host.task("file: remove the failed promotion's record", record_path.unlink)
+            try:
+                host.task("unit_override state=absent (rescue)",
+                          lambda: host.manager().absent(UNIT, restart=committed))
+            except UnitOverrideError:
+                pass  # ignore_errors: the next task says whether production is back
+        host.task("ab_lock state=absent", lambda: host.unlock(owner))
+        if error is not None:
+            raise error
+    return play
+
+
+def _unit_file_play(new_unit: Dict[str, str], new_vars: Dict[str, str]) -> Callable[[Host], None]:
+    """Roles llamacpp_serve / vllm_serve redeploying a changed unit file, launcher and env file (module
+    unit_deploy under the unit's lock)."""
+    def play(host: Host) -> None:
+        unit_file = Path(host.fake.state()["units"][UNIT]["unit_file"])
+        env_path = _env_path(host)
+        launcher = host.root / "launcher"
+        lines = "".join(f"Environment={name}={value}\n" for name, value in new_unit.items())
+        files = [{"path": str(launcher), "content": "v2\n", "mode": 0o755},
+                 {"path": str(env_path), "mode": 0o640,
+                  "content": env_path.read_text() + "".join(f"{k}={v}\n" for k, v in new_vars.items())},
+                 {"path": str(unit_file), "mode": 0o644,
+                  "content": unit_file.read_text().replace("ExecStart=", lines + "ExecStart=")}]
+        host.task("ab_lock state=present", lambda: host.lock("deploy-1"))
+        error: Optional[UnitOverrideError] = None
+        try:
+            host.task("unit_deploy", lambda: UnitDeploy(host.manager()).deploy(UNIT, files, ROLLBACK_AFTER))
+        except UnitOverrideError as exc:
+            error = exc
+        host.task("ab_lock state=absent", lambda: host.unlock("deploy-1"))
+        if error is not None:
+            raise error
+    return play
+
+
+def _with_launcher(host: Host) -> None:
+    (host.root / "launcher").write_text("v1\n")
+    (host.root / "launcher").chmod(0o755)
+
+
+def _unit_files_back(new_ok: bool) -> Callable[[Host], List[str]]:
+    """The launcher and the unit file are the previous ones, or the new ones only with the verified config."""
+    def check(host: Host) -> List[str]:
+        serving = host.fake.serving(UNIT) or {}
+        launcher = (host.root / "launcher").read_text()
+        new = serving.get("FAKE_UNIT") == "v2"
+        if new and not new_ok:
+            return ["the unit serves a change that never answered"]
+        if launcher != ("v2\n" if new else "v1\n"):
+            return [f"the launcher is {launcher!r} while the unit serves {'new' if new else 'previous'} files"]
+        return []
+    return check
+
+
+BUILD_ROOT = Path("opt") / "llama.cpp"
+
+
+class _Build:
+    """llamacpp_build's activation (one module, llamacpp_activate) on the fake host: the unit serves from
+    <root>/opt/llama.cpp/current, its canary answers on a second loopback port."""
+
+    def __init__(self, canary: bool, broken: bool) -> None:
+        self.canary = canary
+        self.broken = broken
+
+    def setup(self, host: Host) -> None:
+        root = host.root / BUILD_ROOT
+        (host.root / "etc" / "llamacpp-build.json").write_text('{"version": "old"}\n')
+        if self.broken:
+            (root / "new-cpu" / "BROKEN").write_text("cannot load the model\n")
+
+    def operation(self, host: Host) -> Any:
+        root = host.root / BUILD_ROOT
+        canary_port = HealthServer.get(len(host.servers), host.fake).port
+        activation = act.Activation(run=host.runner, run_dir=str(host.fake.run_dir),
+                                    processes=act.Processes(str(host.fake.proc)), python=sys.executable,
+                                    http=uo.http_get, clock=host.fake.now, wall=host.fake.now, sleep=host.fake.advance,
+                                    port=lambda: canary_port)
+        params = {"root": str(root), "name": "new-cpu", "current": None, "binary": "bin/llama-server",
+                  "units": [UNIT], "facts_file": str(host.root / "etc" / "llamacpp-build.json"),
+                  "facts": {"version": "new"}, "canary": self.canary, "canary_ctx_size": 512, "canary_args": [],
+                  "canary_model": None, "canary_timeout": HEALTH_TIMEOUT, "health_timeout": HEALTH_TIMEOUT,
+                  "rollback_after": ROLLBACK_AFTER}
+        try:
+            return activation.activate(params)
+        except act.ActivateError as exc:
+            raise UnitOverrideError(str(exc)) from exc
+
+    def check(self, host: Host) -> List[str]:
+        """'current', the record and the serving binary agree; the new build only when it can serve."""
+        root = host.root / BUILD_ROOT
+        current = os.readlink(root / "current")
+        record = (host.root / "etc" / "llamacpp-build.json").read_text()
+        state = host.fake.state()
+        exe = state["procs"][str(state["units"][UNIT]["pid"])].get("exe") if state["units"][UNIT]["pid"] else None
+        problems = []
+        if current == "new-cpu" and self.broken:
+            problems.append("'current' points at a build that cannot serve")
+        if exe != os.path.realpath(root / current / "bin" / "llama-server"):
+            problems.append(f"the unit runs {exe} while 'current' points at {current} (a change waits for a restart)")
+        if (current == "new-cpu") != ('"new"' in record):
+            problems.append(f"the build record {record.strip()} does not name {current}")
+        return problems
+
+
+def _build_path(name: str, canary: bool, broken: bool) -> MatrixPath:
+    build = _Build(canary, broken)
+    return MatrixPath(name, build.setup, build.operation, expect_failure=broken, check=build.check,
+                      host={"binary_under": str(BUILD_ROOT)})
+
+
+PLAYS: List[MatrixPath] = [
+    MatrixPath("promote.yml (lock, override, commit, restart on the new base file, release)", _accepting(PROMOTED),
+               _vehicle_play(PROMOTED, "promote-1", record=True), tasks=True),
+    MatrixPath("promote.yml of a config that cannot start", lambda h: None,
+               _vehicle_play(PROMOTED_BROKEN, "promote-1", record=True), tasks=True, expect_failure=True),
+    MatrixPath("deploy: redeploy of a changed env file (lock, override, commit, restart, release)",
+               _accepting(PROMOTED), _vehicle_play(PROMOTED, "deploy-1", record=False), tasks=True),
+    MatrixPath("deploy: redeploy of an env file that cannot start", lambda h: None,
+               _vehicle_play(PROMOTED_BROKEN, "deploy-1", record=False), tasks=True, expect_failure=True),
+    MatrixPath("deploy: redeploy of a changed unit file, launcher and env file (unit_deploy under the lock)",
+               lambda h: (_with_launcher(h), _accepting(NEW_UNIT, PROMOTED)(h)),
+               _unit_file_play(NEW_UNIT, PROMOTED), tasks=True, host={"unit_files": True},
+               check=_unit_files_back(True)),
+    MatrixPath("deploy: redeploy of a unit file that cannot start", _with_launcher,
+               _unit_file_play({"FAKE_FAIL_START": "1"}, PROMOTED), tasks=True, host={"unit_files": True},
+               expect_failure=True, check=_unit_files_back(False)),
+    _build_path("build activation (canary, then the switch)", canary=True, broken=False),
+    _build_path("build activation of a build that cannot serve, without a canary (the switch is undone)",
+                canary=False, broken=True),
+]
+PATHS += PLAYS
+
+
 @dataclass
 class Cell:
     outcome: str
     restored_after: float
     problems: List[str]
+    ends_on: int = 0  # which accepted config the first unit serves at the end: 0 production's previous, 1 the new one
 
 
 def _who_restored(host: Host, before: Dict[str, Any], since: float) -> str:
     fired = [f for f in host.fake.state()["fired"][len(before["fired"]):] if f["outcome"] == "ran"]
     if fired:
         name = fired[0]["name"]
-        return "bridge timer" if name.startswith("specdec-rearm-") else "dead-man timer"
+        if name.startswith("specdec-rearm-"):
+            return "bridge timer"
+        if name.startswith("specdec-deploy-rollback-"):
+            return "the deploy's dead-man timer"
+        if name.startswith("specdec-build-rollback-"):
+            return "the build's dead-man timer"
+        if name.startswith("specdec-canary-"):
+            return "nothing changed (the canary spec's timer removes it)"
+        return "dead-man timer"
     return ""
 
 
@@ -247,6 +506,10 @@ def _end_state(host: Host, path: MatrixPath, start: Dict[str, Any]) -> Tuple[Opt
     allowed: set = set()
     for name in path.units:
         if host.serves_production(name):
+            waiting = host.fake.env_on_disk(name)
+            if waiting != host.fake.serving(name):
+                problems.append(f"{name} serves {host.fake.serving(name)} but its files on disk would start {waiting} "
+                                "(a change that never answered health waits for the next restart)")
             continue
         mine = {f for f in files if name in f}
         if _unit_state(host, name) == start["units"][name] and {f: files[f] for f in mine} == {
@@ -269,18 +532,21 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    host = Host(root, path.units)
+    host = Host(root, path.units, **path.host)
     try:
         path.setup(host)
         before = host.fake.state()
         start = {"units": {name: _unit_state(host, name) for name in path.units}, "files": _run_files(host)}
         started = host.fake.now()
-        host.faults = Faults(kill_at if column != "controller killed" else None)
-        died = failed = False
+        controller = column == "controller killed"
+        host.faults = Faults(None if controller else kill_at, kill_at if controller and path.tasks else None)
+        died = failed = gone = False
         try:
             path.operation(host)
         except Killed:
             died = True
+        except ControllerGone:
+            gone = True
         except UnitOverrideError:
             failed = True
         labels = list(host.faults.labels)
@@ -288,13 +554,15 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
         problems: List[str] = []
         if failed and not path.expect_failure:
             problems.append("the operation failed without a fault")
+        rolled_back = False
         if column == "connection dropped" and died:
             try:
-                host.manager().absent_everywhere()
+                rolled_back = bool(host.manager().absent_everywhere()["changed"])
             except UnitOverrideError as exc:
                 problems.append(f"rollback.yml failed: {exc}")
         at_once = all(host.serves_production(name) for name in path.units) and any(
             _unit_state(host, name) != start["units"][name] for name in path.units)
+        served_at_once = _served(host, path)
         # Now only the host acts: time moves on to each timer in turn until every unit serves production again.
         restored_at = None
         while host.fake.now() - started <= path.dead_man + HEALTH_TIMEOUT:
@@ -307,19 +575,27 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
             host.fake.advance(max(0.0, min(due) - host.fake.now()))
         if restored_at is not None and restored_at > path.dead_man + 2:
             problems.append(f"production back only {restored_at:.0f} s after the fault (dead-man {path.dead_man} s)")
-        host.fake.advance(LOCK_EXPIRES + 1)  # every timer that is still armed fires
+        host.fake.advance(path.lock_expires + 1)  # every timer that is still armed fires, every lock expires
         problems += _end_state(host, path, start)[1]
+        if path.check is not None:
+            problems += path.check(host)
         try:
             host.lock("run-2")
         except hs.LockHeldError as exc:
             problems.append(f"lock not takeable: {exc}")
-        if column == "controller killed" or not died:
+        if path.tasks:
+            outcome = _play_outcome(host, before, started, start, path, died or gone, failed, rolled_back, at_once)
+        elif column == "controller killed" or not died:
             outcome = "the module (candidate failed, production restored)" if failed else "the module"
-        elif column == "connection dropped":
+        elif column == "connection dropped" and rolled_back:
             outcome = "rollback.yml"
         else:
             who = _who_restored(host, before, started)
-            if at_once:
+            if at_once and who.startswith(("the deploy's", "the build's")):
+                # production answered on the new config; the dead-man's record was still there
+                outcome = "restart job; " + who + (" puts the previous config back" if _served(host, path) != served_at_once
+                                                   else " finds nothing to do")
+            elif at_once:
                 outcome = "restart job" + (" (the armed dead-man restarts it once more)" if who else "")
             elif who:
                 outcome = who
@@ -327,9 +603,39 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
                 outcome = "nothing changed"
             else:
                 outcome = "candidate kept (healthy)"
-        return Cell(outcome, restored_at or 0.0, problems), labels
+        env = host.fake.serving(path.units[0])
+        accepted = host.accepted.get(path.units[0], [])
+        ends_on = accepted.index(env) if env in accepted else -1
+        return Cell(outcome, restored_at or 0.0, problems, ends_on), labels
     finally:
         host.close()
+
+
+def _served(host: Host, path: MatrixPath) -> List[Any]:
+    """What each unit serves: its env and the binary its process runs."""
+    state = host.fake.state()
+    out = []
+    for name in path.units:
+        pid = state["units"][name]["pid"]
+        out.append((host.fake.serving(name), state["procs"].get(str(pid), {}).get("exe") if pid else None))
+    return out
+
+
+def _play_outcome(host: Host, before: Dict[str, Any], started: float, start: Dict[str, Any], path: MatrixPath,
+                  cut: bool, failed: bool, rolled_back: bool, at_once: bool) -> str:
+    """What brought production back after a play of several tasks was cut (or ran to its end)."""
+    if not cut:
+        return "the play's rescue" if failed else "the play"
+    if rolled_back:
+        return "rollback.yml"
+    who = _who_restored(host, before, started)
+    if who:
+        return who
+    if all(_unit_state(host, n) == start["units"][n] for n in path.units):
+        return "nothing changed"
+    if at_once:
+        return "done before the cut; the lock expires"
+    return "restart job"
 
 
 def points(path: MatrixPath, root: Path) -> List[str]:
@@ -346,7 +652,7 @@ def matrix(root: Path, paths: Sequence[MatrixPath] = ()) -> List[Tuple[str, str,
             kill_at = index if index <= len(labels) else None
             cells = {}
             for column in COLUMNS:
-                if column == "controller killed" and rows and rows[-1][0] == path.name:
+                if column == "controller killed" and not path.tasks and rows and rows[-1][0] == path.name:
                     cells[column] = rows[-1][2][column]  # the module runs on whatever the point: one run per path
                     continue
                 cells[column] = run_point(path, root / "case", kill_at, column)[0]
@@ -389,6 +695,29 @@ def _patch_files(faults_of: Callable[[], Faults]) -> None:
     _deadman.write_private, _deadman.unlink, _deadman.rmdir, _deadman.ensure_private_dir = (
         write_private, unlink_, rmdir_, ensure_)
 
+    # llamacpp_activate's own file helpers: the link, the record, the dead-man's script and record.
+    write_atomic, point_link, act_unlink, private_dir = act.write_atomic, act.point_link, act._unlink, act._private_dir
+
+    def write_atomic_(path: str, text: str, mode: int) -> None:
+        faults_of().step(f"write {Path(path).name}")
+        write_atomic(path, text, mode)
+
+    def point_link_(current: str, target: str) -> None:
+        faults_of().step(f"point {Path(current).name} at {target}")
+        point_link(current, target)
+
+    def act_unlink_(path: str) -> None:
+        if Path(path).exists() or faults_of().dead:
+            faults_of().step(f"remove {Path(path).name}")
+        act_unlink(path)
+
+    def private_dir_(path: str) -> None:
+        if not Path(path).is_dir() or faults_of().dead:
+            faults_of().step("mkdir " + ("<link>" if path.endswith("current") else Path(path).name))
+        private_dir(path)
+
+    act.write_atomic, act.point_link, act._unlink, act._private_dir = write_atomic_, point_link_, act_unlink_, private_dir_
+
 
 def install() -> None:
     """Routes the file helpers' steps to the host under test (idempotent)."""
@@ -411,8 +740,14 @@ steps (and after the last), three ways; each cell says what brought production b
 - **connection dropped**: the module dies with the SSH link at the point (SIGHUP); the controller runs nothing
   more on the host; the operator runs `rollback.yml` once the host answers.
 
-In every cell, after time moved on: production active with production's config (within the path's dead-man time
-at the latest), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
+Promote and deploy are plays of several modules (the lock, the override or `unit_deploy`, the commit, the restore,
+the release): each task's start is a point too, and a controller killed during a task lets that module finish and
+starts no later task (no rescue, no release). Build activation is one module (`llamacpp_activate`).
+
+In every cell, after time moved on: production active with production's config (the previous one, or a new one
+that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs
+from what runs (the env file, the unit file, the launcher, `current` and the build record: no unverified change
+waits for the next restart), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
 the next `unit_override` or `rollback.yml` removes it), no timer loaded, and the unit's lock released or stale and
 taken over by a new run. A start state the operator chose (a confirmed candidate) may also stay as it was when the
 module died before changing it. The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last

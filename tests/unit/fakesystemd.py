@@ -15,7 +15,11 @@ What it keeps of systemd's behaviour, because the crash matrix depends on it:
   service (the real script, as a program), honour ``ConditionPathExists=`` and are gone after, as on systemd 252;
   a name is taken while its timer or service is loaded (``systemd-run`` fails);
 - a started unit's process exists in the fake ``/proc``: environ, cgroup, stat, an fd on its listening socket in
-  ``net/tcp``; a stopped one's does not. An env with ``FAKE_FAIL_START=1`` fails to start.
+  ``net/tcp``; a stopped one's does not. An env with ``FAKE_FAIL_START=1`` fails to start;
+- a unit may have a unit file (``unit_file``): its ``Environment=`` and ``EnvironmentFile=`` lines count from
+  the last ``daemon-reload`` on, like drop-ins; a unit may run a ``binary`` (a path through a link such as a
+  llama.cpp build's ``current``), resolved when it starts: a build directory holding ``BROKEN`` fails to start;
+- ``systemd-run`` without ``--on-calendar`` starts a transient service (a build's canary, from its spec file).
 
 Also a health server on a real loopback port: ``/health`` answers 200 while a unit that listens on that port runs.
 """
@@ -67,6 +71,25 @@ def _parse_dropin(text: str) -> Tuple[List[str], List[str]]:
     return files, unset
 
 
+def _parse_unit_file(text: str) -> Tuple[List[str], Dict[str, str]]:
+    """A unit file's ``EnvironmentFile=``s and ``Environment=`` assignments (what the model needs of it)."""
+    files: List[str] = []
+    environment: Dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("EnvironmentFile="):
+            files.append(line.split("=", 1)[1].lstrip("-"))
+        elif line.startswith("Environment="):
+            for word in shlex.split(line.split("=", 1)[1]):
+                name, _eq, value = word.partition("=")
+                environment[name] = value
+    return files, environment
+
+
+def _broken(binary: str) -> bool:
+    build = Path(os.path.realpath(binary)).parent.parent
+    return (build / "BROKEN").exists()
+
+
 class FakeSystemd:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -89,7 +112,9 @@ class FakeSystemd:
         for name, spec in units.items():
             state["units"][name] = {"env_files": list(spec.get("env_files", [])),
                                     "environment": dict(spec.get("environment", {})), "active": "inactive", "pid": 0,
-                                    "nrestarts": 0, "dropins": {}, "result": "success"}
+                                    "nrestarts": 0, "dropins": {}, "result": "success",
+                                    "unit_file": spec.get("unit_file"), "unit_text": None, "binary": spec.get("binary")}
+            self._load_unit_file(state["units"][name])
         self._memory = state
         for name in units:
             self._mutate(lambda st, n=name: self._start(st, n))
@@ -146,8 +171,15 @@ class FakeSystemd:
         return float(self._load()["now"])
 
     def advance(self, seconds: float) -> None:
-        """Moves the wall clock on, firing every timer that falls due on the way, in order."""
+        """Moves the wall clock on, firing every timer that falls due on the way, in order; a transient service
+        past its ``RuntimeMaxSec=`` is stopped (and, collected, gone)."""
         target = self.now() + seconds
+
+        def expire(st: Dict[str, Any]) -> None:
+            for name, t in list(st["transient"].items()):
+                if t.get("until") is not None and t["until"] <= target:
+                    self._reap(st, st["transient"].pop(name).get("pid", 0))
+        self._mutate(expire)
         while True:
             state = self._load()
             due = sorted((t["deadline"], name) for name, t in state["transient"].items()
@@ -170,7 +202,7 @@ class FakeSystemd:
         condition = unit.get("condition")
         if condition and not os.path.exists(condition):
             outcome, rc, lines = "skipped", 0, []
-        elif self.programs:
+        elif self.programs or "-c" in unit["argv"]:
             outcome = "ran"
             env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '')}")
             self.to_file()
@@ -217,56 +249,94 @@ class FakeSystemd:
         exec(compile(source, script, "exec"), namespace)
         namespace["subprocess"] = Shim
         namespace["print"] = lambda *a, **_k: lines.append(" ".join(str(x) for x in a))
-        rc = namespace["main"]()
+        argv, sys.argv = sys.argv, [script]  # as systemd runs it: a script that removes sys.argv[0] removes itself
+        try:
+            rc = namespace["main"]()
+        finally:
+            sys.argv = argv
         return rc, lines
 
     # ---------------------------------------------------------- processes
 
-    def _start(self, st: Dict[str, Any], name: str) -> None:
-        unit = st["units"][name]
+    @staticmethod
+    def _load_unit_file(unit: Dict[str, Any]) -> None:
+        """What daemon-reload takes from a unit's unit file (when it has one)."""
+        if not unit.get("unit_file"):
+            return
+        try:
+            text = Path(unit["unit_file"]).read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        unit["unit_text"] = text
+        unit["env_files"], unit["environment"] = _parse_unit_file(text)
+
+    @staticmethod
+    def _environment(unit: Dict[str, Any], dropins: Dict[str, str]) -> Dict[str, str]:
         env = dict(unit["environment"])
         for path in unit["env_files"]:
             env.update(_read_env_file(path))
         unset: List[str] = []
-        for text in unit["dropins"].values():
+        for text in dropins.values():
             files, names = _parse_dropin(text)
             for path in files:
                 env.update(_read_env_file(path))
             unset.extend(names)
         for item in unset:
             env.pop(item, None)
-        if env.get("FAKE_FAIL_START") == "1":
+        return env
+
+    def env_on_disk(self, name: str) -> Dict[str, str]:
+        """The environment a start would give the unit if systemd reloaded now: its files as they are on disk."""
+        unit = dict(self._load()["units"][name])
+        self._load_unit_file(unit)
+        return self._environment(unit, self._dropins_on_disk(name))
+
+    def _start(self, st: Dict[str, Any], name: str) -> None:
+        unit = st["units"][name]
+        env = self._environment(unit, unit["dropins"])
+        exe = os.path.realpath(unit["binary"]) if unit.get("binary") else None
+        if env.get("FAKE_FAIL_START") == "1" or (unit.get("binary") and _broken(unit["binary"])):
             unit.update(active="failed", pid=0, result="exit-code")
-            st["journal"].append(f"{name}: start failed (FAKE_FAIL_START)")
+            st["journal"].append(f"{name}: start failed ({'FAKE_FAIL_START' if exe is None else exe})")
             return
+        port = int(env.get("LLAMA_ARG_PORT", "8080"))
+        pid = self._spawn(st, name, port, env, exe)
+        unit.update(active="active", pid=pid, result="success")
+
+    def _spawn(self, st: Dict[str, Any], name: str, port: int, env: Dict[str, str], exe: str | None) -> int:
         pid = st["next_pid"]
         st["next_pid"] += 1
         inode = st["next_inode"]
         st["next_inode"] += 1
-        port = int(env.get("LLAMA_ARG_PORT", "8080"))
-        st["procs"][str(pid)] = {"unit": name, "port": port, "inode": inode}
+        st["procs"][str(pid)] = {"unit": name, "port": port, "inode": inode, "exe": exe}
         d = self.proc / str(pid)
         (d / "fd").mkdir(parents=True, exist_ok=True)
         os.symlink(f"socket:[{inode}]", d / "fd" / "3")
         (d / "comm").write_text("llama-server\n")
-        (d / "cmdline").write_text("llama-server\x00")
+        (d / "cmdline").write_text(f"{exe}\x00--port\x00{port}\x00" if exe else "llama-server\x00")
+        if exe:  # what a build's activation reads of the process (the link is dangling for cwd: only its text counts)
+            os.symlink(exe, d / "exe")
+            os.symlink("/nonexistent-cwd", d / "cwd")
+            (d / "status").write_text("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\n")
         (d / "cgroup").write_text(f"0::/system.slice/{name}\n")
         (d / "environ").write_bytes(b"\x00".join(f"{k}={v}".encode() for k, v in env.items()) + b"\x00")
         (d / "stat").write_text(f"{pid} (llama-server) S 1 " + " ".join(["0"] * 17) + f" {pid * 10} 0 0\n")
-        unit.update(active="active", pid=pid, result="success")
         self._write_net(st)
+        return pid
 
-    def _stop(self, st: Dict[str, Any], name: str) -> None:
-        unit = st["units"][name]
-        pid = unit["pid"]
+    def _reap(self, st: Dict[str, Any], pid: int) -> None:
         if pid:
             st["procs"].pop(str(pid), None)
             d = self.proc / str(pid)
             for child in sorted(d.rglob("*"), reverse=True):
                 child.unlink() if not child.is_dir() or child.is_symlink() else child.rmdir()
             d.rmdir()
-        unit.update(active="inactive", pid=0)
         self._write_net(st)
+
+    def _stop(self, st: Dict[str, Any], name: str) -> None:
+        unit = st["units"][name]
+        self._reap(st, unit["pid"])
+        unit.update(active="inactive", pid=0)
 
     def _write_net(self, st: Dict[str, Any]) -> None:
         header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -356,6 +426,7 @@ class FakeSystemd:
         if verb == "daemon-reload":
             for name, unit in st["units"].items():
                 unit["dropins"] = self._dropins_on_disk(name)
+                self._load_unit_file(unit)
             return 0, "", ""
         if verb == "reset-failed":
             for name in names:
@@ -373,6 +444,11 @@ class FakeSystemd:
                     if t is not None and verb == "stop" and t.get("service") != "failed":
                         st["transient"].pop(base)
                     continue
+                base = name[: -len(".service")]
+                if base in st["transient"] and not st["transient"][base].get("timer", True):
+                    if verb == "stop":  # a transient service (--collect): stopped and gone
+                        self._reap(st, st["transient"].pop(base).get("pid", 0))
+                    continue
                 if name not in st["units"]:
                     return 5, "", f"Unit {name} not found.\n"
                 if verb in ("restart", "stop"):
@@ -381,6 +457,13 @@ class FakeSystemd:
                     self._start(st, name)
             return 0, "", ""
         return 1, "", f"fake systemctl: {argv} is not modelled\n"
+
+    @staticmethod
+    def _unit_text_on_disk(unit: Dict[str, Any]) -> str:
+        try:
+            return Path(unit["unit_file"]).read_text(encoding="utf-8")
+        except OSError:
+            return ""
 
     def _dropins_on_disk(self, name: str) -> Dict[str, str]:
         d = self.run_dir / "systemd" / "system" / (name + ".d")
@@ -410,7 +493,9 @@ class FakeSystemd:
             state = self._active(st, name)
             sub = {"active": "waiting" if suffix == "timer" else "running", "activating": "start",
                    "failed": "failed"}.get(state, "dead")
-            values = {"LoadState": "loaded", "ActiveState": state, "SubState": sub}
+            values = {"LoadState": "loaded", "ActiveState": state, "SubState": sub,
+                      "MainPID": str(st["transient"][base].get("pid", 0)), "Result": "success",
+                      "ControlGroup": f"/system.slice/{name}"}
         elif name in st["units"]:
             unit = st["units"][name]
             on_disk = self._dropins_on_disk(name)
@@ -420,7 +505,8 @@ class FakeSystemd:
             values = {"LoadState": "loaded", "ActiveState": unit["active"],
                       "SubState": {"active": "running", "failed": "failed"}.get(unit["active"], "dead"),
                       "MainPID": str(unit["pid"]), "NRestarts": str(unit["nrestarts"]), "Result": unit["result"],
-                      "NeedDaemonReload": "yes" if on_disk != unit["dropins"] else "no",
+                      "NeedDaemonReload": "yes" if on_disk != unit["dropins"] or (
+                          unit.get("unit_file") and self._unit_text_on_disk(unit) != unit["unit_text"]) else "no",
                       "DropInPaths": " ".join(unit["dropins"]), "FragmentPath": f"/etc/systemd/system/{name}",
                       "ControlGroup": f"/system.slice/{name}",
                       "Environment": " ".join(f"{k}={v}" for k, v in unit["environment"].items()),
@@ -446,6 +532,8 @@ class FakeSystemd:
         base = opts["unit"][0]
         if base in st["transient"]:
             return 1, "", f"Failed to start transient timer unit: Unit {base}.timer was already loaded or has a fragment file.\n"
+        if "on-calendar" not in opts:
+            return self._transient_service(st, base, rest)
         deadline = calendar.timegm(time.strptime(opts["on-calendar"][0], "%Y-%m-%d %H:%M:%S UTC"))
         condition = None
         for prop in opts.get("property", []):
@@ -454,6 +542,22 @@ class FakeSystemd:
         st["transient"][base] = {"timer": True, "deadline": deadline, "argv": rest, "condition": condition,
                                  "service": "inactive", "armed_at": st["now"]}
         return 0, "", f"Running timer as unit: {base}.timer\n"
+
+    def _transient_service(self, st: Dict[str, Any], base: str, rest: List[str]) -> Tuple[int, str, str]:
+        """A build's canary: ``python -c LOADER spec.json`` runs the spec's argv (the loader deletes the spec)."""
+        spec_path = rest[-1]
+        spec = json.loads(Path(spec_path).read_text())
+        os.unlink(spec_path)
+        argv = spec["argv"]
+        port = int(argv[len(argv) - 1 - argv[::-1].index("--port") + 1])
+        if _broken(argv[0]):
+            st["journal"].append(f"{base}: exited (llama_model_load: error loading model)")
+            return 0, "", ""  # --collect: a canary that exited is gone at once
+        pid = self._spawn(st, base + ".service", port, dict(spec["env"]), os.path.realpath(argv[0]))
+        runtime = next((int(a.rsplit("=", 1)[1]) for a in st["calls"][-1] if a.startswith("--property=RuntimeMaxSec=")), 0)
+        st["transient"][base] = {"timer": False, "service": "active", "pid": pid,
+                                 "until": st["now"] + runtime if runtime else None}
+        return 0, "", f"Running as unit: {base}.service\n"
 
 
 class HealthServer:

@@ -106,6 +106,9 @@ class Host:
             if unit.startswith("specdec-build-rollback-"):
                 self.timer_armed = True
                 return 0, "", ""
+            if unit.endswith("-spec"):  # the canary spec's cleanup timer
+                assert argv[-3:-1] == ["-c", act.SPEC_REMOVER]
+                return 0, "", ""
             spec = json.loads(Path(argv[-1]).read_text())
             assert argv[-3:-1] == ["-c", act.CANARY_LOADER]
             self.canary_specs.append(spec)
@@ -372,13 +375,25 @@ def test_a_module_killed_mid_switch_leaves_a_host_that_puts_the_old_build_back(
 def test_a_module_killed_after_health_while_disarming_keeps_the_new_build(tmp_path: Path, health_port: int) -> None:
     host = Host(tmp_path, port=health_port)
     paths = act.build_paths(str(host.root / "current"), str(tmp_path / "run"))
-    host.kill_on = ("systemctl", "stop", paths.timer)  # the record is already gone when the timer is stopped
+    host.kill_on = ("systemctl", "stop", paths.timer)  # the record and the script are gone when the timer is stopped
     host.kill_skip = 1  # arming stops an earlier timer first
     with pytest.raises(Killed):
         _activation(tmp_path, host).activate(_params(host, tmp_path))
-    proc = _run_dead_man(tmp_path, paths)  # the timer fires anyway
-    assert proc.returncode == 0 and "nothing to do" in proc.stdout
-    assert host.current == "new-cpu" and not (tmp_path / "calls").exists() and not os.path.exists(paths.script)
+    # the timer that still fires is skipped by systemd (ConditionPathExists= on its script): nothing moves back
+    arm = next(c for c in host.calls if c[0] == "systemd-run" and c[1] == f"--unit={paths.rollback_unit}")
+    assert f"--property=ConditionPathExists={paths.script}" in arm
+    assert not os.path.exists(paths.script) and not os.path.exists(paths.meta)
+    assert host.current == "new-cpu" and not (tmp_path / "calls").exists()
+
+
+def test_a_timer_that_fires_after_the_record_went_does_nothing_and_removes_its_script(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    paths = act.build_paths(str(host.root / "current"), str(tmp_path / "run"))
+    os.makedirs(paths.state_dir)
+    act.write_atomic(paths.script, act.render_rollback_script(paths, sys.executable), 0o700)
+    proc = _run_dead_man(tmp_path, paths)
+    assert proc.returncode == 0 and "nothing to do" in proc.stdout and not os.path.exists(paths.script)
+    assert host.current == "old-cpu" and not (tmp_path / "calls").exists()
 
 
 def test_the_next_activation_undoes_an_interrupted_one_first(tmp_path: Path, host: Host) -> None:

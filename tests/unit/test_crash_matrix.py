@@ -50,6 +50,50 @@ def test_the_re_arm_keeps_a_timer_armed_at_every_step(rows: List[Any]) -> None:
         "before systemctl stop specdec-rearm-llama-server.timer")
 
 
+def _cells(rows: List[Any], name: str) -> dict:
+    return {point: cells for path, point, cells in rows if path == name}
+
+
+VEHICLE_PLAYS = [p.name for p in cm.PLAYS if p.name.startswith(("promote.yml (lock", "deploy: redeploy of a changed env"))]
+
+
+@pytest.mark.parametrize("path", VEHICLE_PLAYS)
+def test_a_dead_controller_leaves_the_previous_config_before_the_commit_and_the_verified_one_after(
+        rows: List[Any], path: str) -> None:
+    cells = _cells(rows, path)
+    before_commit = cells["before copy: commit the env file"]["controller killed"]
+    after_commit = cells["before unit_override state=absent"]["controller killed"]
+    assert (before_commit.outcome, before_commit.ends_on) == ("dead-man timer", 0)
+    assert (after_commit.outcome, after_commit.ends_on) == ("dead-man timer", 1)
+    assert cells["after the last step"]["module SIGKILL"].ends_on == 1
+
+
+@pytest.mark.parametrize("path", [p.name for p in cm.PLAYS if p.expect_failure])
+def test_a_change_that_cannot_start_never_serves_and_never_waits_on_disk(rows: List[Any], path: str) -> None:
+    """Whatever the point and the fault: the previous config at the end (the checks of the run assert that the files
+    on disk, the launcher, 'current' and the build record agree with what runs)."""
+    for point, cells in _cells(rows, path).items():
+        for column, cell in cells.items():
+            assert cell.ends_on == 0 and not cell.problems, (point, column)
+
+
+def test_a_redeployed_unit_file_is_put_back_by_the_host(rows: List[Any]) -> None:
+    cells = _cells(rows, next(p.name for p in cm.PLAYS if p.name.startswith("deploy: redeploy of a changed unit file")))
+    assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the deploy's dead-man timer"
+    assert cells["before systemctl restart llama-server"]["module SIGKILL"].ends_on == 0
+    # killed after health, before its record went: the host still puts the previous files back (a verified config)
+    assert cells["before remove deploy.json"]["module SIGKILL"].ends_on == 0
+    # once the record is gone the new files stay: the timer finds nothing to do, or no script and is skipped
+    assert cells["before remove rollback.py"]["module SIGKILL"].ends_on == 1
+    assert cells["before systemctl stop specdec-deploy-rollback-llama-server.timer"]["module SIGKILL"].ends_on == 1
+
+
+def test_a_build_switch_is_undone_by_the_host(rows: List[Any]) -> None:
+    cells = _cells(rows, "build activation (canary, then the switch)")
+    assert cells["before point current at new-cpu"]["module SIGKILL"].outcome == "the build's dead-man timer"
+    assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the build's dead-man timer"
+
+
 def test_the_table_in_the_docs_is_this_run(rows: List[Any]) -> None:
     doc = cm.DOC.read_text(encoding="utf-8")
     assert doc == cm.HEADER + cm.render(rows), "docs/crash-matrix.md is stale: run python tests/unit/crash_matrix.py"
