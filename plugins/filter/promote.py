@@ -94,16 +94,16 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} was judged {', '.join(bad)} in run "
                                  f"{report.get('run_id')}; it cannot be promoted (set specdec_promote_force=true "
                                  "only after fixing and re-measuring)")
+    try:  # a lossy-by-design winner needs the operator's explicit acceptance (module_utils/_quality.py)
+        judging = _quality.promotion_evidence(report, winner, bool(accept_lossy))
+    except _quality.QualityError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     gate = confirmatory_gate(report, winner)
     if not gate["win"] and not force:
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} has no WIN on run {report.get('run_id')}'s "
                                  f"confirmatory endpoint ({gate['why']}); only a WIN is promoted. Measure again with "
                                  "more rounds (spec_ab_max_rounds) or set specdec_promote_force=true to promote it "
                                  "anyway (the record will say forced)")
-    try:  # a lossy-by-design winner needs the operator's explicit acceptance (module_utils/_quality.py)
-        judging = _quality.promotion_evidence(report, winner, bool(accept_lossy))
-    except _quality.QualityError as exc:
-        raise AnsibleFilterError(str(exc)) from None
     env = configs[winner].get("server_config") or {}
     values: dict[str, str] = {}
     unset: list[str] = []
