@@ -125,8 +125,8 @@ def test_a_collection_unit_is_form_env_and_a_missing_unit_is_not_installed(tmp_p
     assert gone["installed"] is False and "not-found" in gone["why"]
 
 
-def test_the_module_is_read_only_and_fails_for_a_required_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture) -> None:
+def test_the_module_is_read_only_and_fails_for_a_required_unit(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
     import json
 
     monkeypatch.setattr(serving_unit_info.AnsibleModule, "get_bin_path", lambda self, name: "/bin/systemctl")
