@@ -34,7 +34,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_comm
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import parse_show
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import cgroup_path, parse_show, within_cgroup
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import DROPIN_NAME, Runner, override_paths, service_name
 
 # A promoted exec-form winner: a persistent drop-in that sorts before the A/B candidate's (DROPIN_NAME), so an
@@ -205,6 +205,23 @@ def _cmdline(proc: str, pid: int) -> List[str] | None:
     if not raw:
         return None
     return [part.decode("utf-8", "surrogateescape") for part in raw.rstrip(b"\0").split(b"\0")]
+
+
+def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str = "") -> bool:
+    """Whether the unit runs ``argv``: its MainPID's /proc/<pid>/cmdline, or a process in its control group (a
+    container engine's client that handed over to conmon, with Type=notify)."""
+    want = list(argv)
+    if pid and _cmdline(proc, pid) == want:
+        return True
+    if not control_group:
+        return False
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        cgroup = cgroup_path(_read(os.path.join(proc, entry, "cgroup")) or "")
+        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) == want:
+            return True
+    return False
 
 
 def not_installed(unit: str, why: str) -> Dict[str, Any]:

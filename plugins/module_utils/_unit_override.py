@@ -42,6 +42,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart, _unit_command
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvConfig,
@@ -55,6 +56,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     render_env_file,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._execstart import ExecStart, check_exec_start
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, request
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
     ProcView,
@@ -62,6 +64,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import 
     read_text,
     within_cgroup,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import cmdline_matches, read_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     DROPIN_NAME,
     ROLLBACK_PREFIX,
@@ -220,6 +223,7 @@ class UnitOverride:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, health_timeout: int = 120, port_timeout: int = 30) -> None:
         self.sd = Systemctl(run)
+        self.run = run
         self.check_mode = check_mode
         self.run_dir = run_dir
         self.proc = ProcView(proc)
@@ -253,6 +257,18 @@ class UnitOverride:
                  if os.path.abspath(path) != os.path.abspath(paths.env_file)]
         env.update(read_env_files(files))
         return env
+
+    def production_endpoint(self, paths: OverridePaths) -> Tuple[str, int]:
+        """Where production answers: a hand-written unit's from its command line (``serving_unit_info``'s reading),
+        else from its env (LLAMA_ARG_HOST/PORT, VLLM_SERVE_HOST/PORT). A unit that cannot be read falls back to
+        its env, so that a restore never waits on a reading."""
+        try:
+            live = read_unit(paths.unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
+        except SpecdecError:
+            live = None
+        if live and live.get("installed") and live.get("form") == "exec":
+            return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+        return endpoint_of(self.base_env(paths), paths.unit)
 
     def timer_state(self, paths: OverridePaths) -> Dict[str, Any]:
         timer = self.sd.show(paths.timer, ["LoadState", "ActiveState", "SubState"])
@@ -391,20 +407,26 @@ class UnitOverride:
                                     "first (role llmfleet.specdec.llamacpp_serve)")
         return info
 
-    def present(self, unit: str, config: EnvConfig, rollback_after: int | None) -> Dict[str, Any]:
+    def present(self, unit: str, config: EnvConfig, rollback_after: int | None,
+                exec_start: ExecStart | None = None) -> Dict[str, Any]:
         paths = override_paths(unit, self.run_dir)
         info = self._require_loaded(unit)
         want_env = render_env_file(unit, config)
-        want_dropin = render_dropin(paths, config)
+        want_dropin = render_dropin(paths, config) + (exec_start.lines() if exec_start else "")
         env_now, env_mode = _file_state(paths.env_file)
         dropin_now, dropin_mode = _file_state(paths.dropin)
         files_match = env_now == want_env and dropin_now == want_dropin and env_mode == 0o600 and dropin_mode == 0o600
         base = self.base_env(paths)
-        host, port = endpoint_of(effective_env(base, config), unit)
-        prod_host, prod_port = endpoint_of(base, unit)
+        if exec_start:
+            host, port, prod_host, prod_port = self._exec_endpoints(unit, effective_env(base, config), exec_start)
+        else:
+            host, port = endpoint_of(effective_env(base, config), unit)
+            prod_host, prod_port = self.production_endpoint(paths)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
                    and config_matches_environ(config, self.proc.environ(pid) if pid else {})
+                   and (exec_start is None or cmdline_matches(self.proc.proc, pid, exec_start.argv,
+                                                              info.get("ControlGroup", "")))
                    and self.healthy_now(unit, info, host, port))
         timer = self.timer_state(paths)
         plan = plan_present(files_match, serving, timer["armed"], rollback_after)
@@ -439,6 +461,12 @@ class UnitOverride:
                 if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
                     raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
                                           "environment does not carry the candidate (was the override removed meanwhile?)")
+                if exec_start and not cmdline_matches(self.proc.proc, health["main_pid"], exec_start.argv,
+                                                      self.unit_info(unit).get("ControlGroup", "")):
+                    raise NotHealthyError(
+                        f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run the candidate's "
+                        f"command line ({self.proc.describe(health['main_pid'])}); a drop-in that sorts after "
+                        f"{paths.dropin} may set ExecStart=")
             except UnitOverrideError as exc:
                 raise self._candidate_failed(paths, exc) from exc
             result.update(health, restarted=True)
@@ -446,6 +474,21 @@ class UnitOverride:
             result.update(healthy=True, main_pid=pid)
         result["rollback"] = self._rollback_report(paths, None)
         return result
+
+    def _exec_endpoints(self, unit: str, env: Mapping[str, str], exec_start: ExecStart) -> Tuple[str, int, str, int]:
+        """(candidate host, port, production host, port) for a form exec candidate, from the live unit and the
+        candidate's command line; an unreadable unit or command line fails before anything is written."""
+        try:
+            live = read_unit(unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
+            if not live.get("installed"):
+                raise UnitOverrideError(f"{unit}: {live.get('why')}")
+            described = _unit_command.describe(list(exec_start.argv), env, live.get("engine"), unit)
+            host, port = _unit_command.endpoint(described, unit)
+        except UnitOverrideError:
+            raise
+        except SpecdecError as exc:
+            raise UnitOverrideError(f"{exc}; nothing was written") from None
+        return host, port, str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
 
     def _candidate_failed(self, paths: OverridePaths, exc: UnitOverrideError) -> UnitOverrideError:
         """The candidate never became healthy: restore production, then say both things loudly."""
@@ -472,7 +515,7 @@ class UnitOverride:
             raise UnitOverrideError(f"{unit} has no override to confirm (no {paths.dropin}); run state=present first")
         result: Dict[str, Any] = {"changed": bool(timer["armed"]), "unit": unit, "state": "confirmed",
                                   "env_file": paths.env_file, "dropin": paths.dropin}
-        host, port = endpoint_of(self.effective_running_env(paths), unit)
+        host, port = self.candidate_endpoint(paths)
         result.update(url=health_url(host, port), port=port)
         if not self.healthy_now(unit, info, host, port):
             due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
@@ -489,6 +532,22 @@ class UnitOverride:
         result["rollback"] = self._rollback_report(paths, None) if not self.check_mode else {
             "timer": paths.timer, "armed": timer["armed"], "due_in": timer["due_in"]}
         return result
+
+    def candidate_endpoint(self, paths: OverridePaths) -> Tuple[str, int]:
+        """Where the candidate in place answers: its drop-in's ExecStart= (form exec), else its env."""
+        env = self.effective_running_env(paths)
+        commands = []
+        try:
+            text = read_text(paths.dropin) or ""
+            for item in _execstart.unit_assignments(text):
+                if item.section == "Service" and item.key == "ExecStart":
+                    commands = _execstart.parse_exec(item.value, {}) or []
+            if commands:
+                argv = _execstart.expand_argv(commands[-1].argv, {}).argv
+                return _unit_command.endpoint(_unit_command.describe(list(argv), env, None, paths.unit), paths.unit)
+        except SpecdecError:
+            pass
+        return endpoint_of(env, paths.unit)
 
     def effective_running_env(self, paths: OverridePaths) -> Dict[str, str]:
         text = read_text(paths.env_file)
@@ -544,7 +603,7 @@ class UnitOverride:
         if info["LoadState"] != "loaded":
             result.update(healthy=None, note=f"{unit} is not installed: removed what was left, restarted nothing")
             return result
-        host, port = endpoint_of(self.base_env(paths), unit)
+        host, port = self.production_endpoint(paths)
         result.update(url=health_url(host, port), port=port)
         try:
             if overridden:
@@ -630,7 +689,15 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     if every_unit and state != "absent":
         raise SpecdecError("unit='*' (every unit this collection overrode) only goes with state=absent")
     unit = None if every_unit else service_name(params["unit"])
-    config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
+    exec_start = None
+    if params.get("exec_start") is not None and state == "present":
+        exec_start = check_exec_start(params["exec_start"], params.get("exec_prefix") or "")
+    if exec_start is not None and params.get("env") is None and params.get("env_file") is None:
+        config: EnvConfig | None = EnvConfig((), ())
+    elif exec_start is not None and params.get("env") == {}:
+        config = EnvConfig((), ())
+    else:
+        config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
     if state == "present" and rollback_after is not None and rollback_after <= health_timeout:
         raise SpecdecError(
             f"rollback_after ({rollback_after} s) must be longer than health_timeout ({health_timeout} s): the dead-man "
@@ -648,7 +715,7 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
         raise AssertionError("unit_override: unit (and config for state=present) must be given")
     if state == "present":
-        return manager.present(unit, config, rollback_after)
+        return manager.present(unit, config, rollback_after, exec_start)
     if state == "confirmed":
         return manager.confirmed(unit)
     return manager.absent(unit)
