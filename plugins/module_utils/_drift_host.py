@@ -216,7 +216,7 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
     findings += drift.judge_age(measured_at, drift.parse_time(evidence.get("promoted")), now(), max_age)
 
     then = (report.get("environment") or {}).get("measured_on")
-    paths = drift.model_paths(promoted)
+    paths = drift.model_paths(drift.promoted_model_env(evidence))
     build_path = params.get("build_record") or (then or {}).get("build_record_path") or FACTS_FILE
     current = snapshot(unit, paths, build_path, run, now)
     result["now"] = current

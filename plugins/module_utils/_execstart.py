@@ -35,6 +35,10 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tup
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 WHITESPACE = " \t\n\r"
+# A promoted exec-form winner: a persistent drop-in in /etc/systemd/system/<unit>.d/ that sorts before the A/B
+# candidate's transient one (``_systemd.DROPIN_NAME``, 50-...), so an A/B run on a promoted unit still replaces
+# its ExecStart= with each candidate's.
+PROMOTED_DROPIN = "40-llmfleet-specdec-promoted.conf"
 COMMENTS = "#;"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # ExecStart= prefixes systemd 252 knows, on the first word (in any order, each once).
@@ -412,6 +416,14 @@ def check_exec_start(argv: Any, prefix: Any = "") -> ExecStart:
         raise UnitSyntaxError(f"exec_start {list(argv)!r} does not read back unchanged from its ExecStart= line; "
                               "nothing was written")
     return command
+
+
+def quote_environment(name: str, value: str) -> str:
+    """One ``Environment=`` word for NAME=value that systemd reads back as exactly that (no $ expansion there)."""
+    if not _ENV_NAME.match(name):
+        raise UnitSyntaxError(f"{name!r} is not an environment variable name")
+    word = quote_exec_word(f"{name}={value}")
+    return word.replace("$$", "$") if word.startswith('"') else word
 
 
 # ------------------------------------------------------------------ $VAR at spawn time

@@ -41,6 +41,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
@@ -270,3 +271,47 @@ def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, 
                               f"cannot set env or flags ({', '.join(changed)}): make that another config")
         out[name] = rendering
     return out
+
+
+def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], table: Sequence[str] = (),
+                   force: bool = False, env_dir: str = "/etc/llmfleet-specdec") -> Dict[str, Any]:
+    """A form ``exec`` winner as a persistent drop-in (``es.PROMOTED_DROPIN``): its measured command line, and its
+    remaining variables in an env file the drop-in adds last (as the A/B's transient drop-in did). Refused when
+    the run's rendering is not form exec, or production's command line changed since the run measured it
+    (``force`` takes it anyway)."""
+    configs = {c.get("name"): c for c in report.get("configs") or []}
+    run = report.get("run_id")
+    unit = str(live.get("unit") or "the unit")
+    rendering = (configs.get(winner) or {}).get("rendering") or {}
+    if rendering.get("form") != "exec" or not rendering.get("exec_start"):
+        raise RenderError(f"{unit} runs its own command line (form exec), but run {run} measured {winner!r} in form "
+                          f"{rendering.get('form') or 'env'}: re-run the A/B against this unit, then promote")
+    if live.get("form") != "exec":
+        raise RenderError(f"{unit} is form {live.get('form')} now (its unit changed since run {run}); re-measure")
+    measured = list(((configs.get(report.get("baseline")) or {}).get("rendering") or {}).get("exec_start") or [])
+    now = list(live.get("argv") or [])
+    winner_argv = list(rendering["exec_start"])
+    if now not in (measured, winner_argv) and not force:
+        raise RenderError(f"{unit}'s command line changed since run {run} measured it (measured: {' '.join(measured)}; "
+                          f"now: {' '.join(now)}); re-run the A/B, or set specdec_promote_force=true to install the "
+                          "measured command line over the change")
+    kept = dict(rendering.get("override") or {})
+    env_path = f"{env_dir}/{unit}.promoted.env"
+    lines = [f"# Written by llmfleet.specdec playbooks/promote.yml: {unit} runs config {winner} of run {run}.",
+             "# Remove this file (and daemon-reload, restart) to go back to the unit's own command line."]
+    lines += [line if line.startswith("#") else "# " + line for line in table]
+    lines.append("[Service]")
+    if any(v is not None for v in kept.values()):
+        lines.append(f"EnvironmentFile={env_path}")
+    unset = sorted(k for k, v in kept.items() if v is None)
+    if unset:
+        lines.append("UnsetEnvironment=" + " ".join(unset))
+    try:
+        command = es.check_exec_start(winner_argv, rendering.get("exec_prefix") or "")
+        lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
+        env_lines = render_lines({k: v for k, v in kept.items() if v is not None}, f"promotion of {winner}")
+    except (SpecdecError, EnvFileError) as exc:
+        raise RenderError(str(exc)) from None
+    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+            "env_file": env_path, "env_text": ("\n".join(env_lines) + "\n") if env_lines else None,
+            "exec_start": winner_argv, "measured_production": measured}

@@ -29,6 +29,7 @@ import re
 import socket
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
@@ -37,9 +38,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import cgroup_path, parse_show, within_cgroup
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import DROPIN_NAME, Runner, override_paths, service_name
 
-# A promoted exec-form winner: a persistent drop-in that sorts before the A/B candidate's (DROPIN_NAME), so an
-# A/B run on a promoted unit still replaces its ExecStart=.
-PROMOTED_DROPIN = "40-llmfleet-specdec-promoted.conf"
+PROMOTED_DROPIN = es.PROMOTED_DROPIN
 _ARCH = {"x86_64": "x86-64", "aarch64": "arm64", "i686": "x86", "i386": "x86", "armv7l": "arm", "ppc64le": "ppc64-le",
          "ppc64": "ppc64", "s390x": "s390x", "riscv64": "riscv64", "loongarch64": "loongarch64"}
 
@@ -336,3 +335,29 @@ def unit_endpoint(description: Mapping[str, Any]) -> Dict[str, Any]:
         port = int(raw) if raw.isdigit() else uc.DEFAULT_PORTS[engine]
     shown = f"[{host}]" if ":" in host else host
     return {"host": host, "port": port, "url": f"http://{shown}:{port}"}
+
+
+def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """A promoted form ``exec`` config against the unit now: the running process's command line and the one its
+    next start runs (``read_unit``), each against the promoted ``exec_start``; findings in the watch's shape."""
+    promoted = list((rendering or {}).get("exec_start") or [])
+    if not promoted:
+        return []
+    unit = str(live.get("unit") or "the unit")
+    if not live.get("installed"):
+        return [_drift.finding("unit-not-running", f"{unit}: {live.get('why')}", f"install {unit} again, or {_drift.RERUN}")]
+    out = []
+    running = (live.get("running") or {}).get("argv")
+    if running is not None and list(running) != promoted:
+        out.append(_drift.finding(
+            "live-config-differs", f"{unit} runs another command line than the promoted one: promoted "
+            f"{' '.join(promoted)[:300]}; running {' '.join(running)[:300]}",
+            f"restore the promotion (playbooks/promote.yml with the same config and run) or, if the change is wanted, "
+            f"{_drift.RERUN}", promoted=promoted, live=list(running)))
+    if list(live.get("argv") or []) != promoted and list(live.get("argv") or []) != list(running or []):
+        out.append(_drift.finding(
+            "pending-config-differs", f"{unit}'s unit no longer runs the promoted command line, and its next restart "
+            f"will apply it: {' '.join(live.get('argv') or [])[:300]} ({live.get('exec_start_source')})",
+            f"put the promoted drop-in back (playbooks/promote.yml), or {_drift.RERUN} before the next restart",
+            promoted=promoted, pending=list(live.get("argv") or [])))
+    return out
