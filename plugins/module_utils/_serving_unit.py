@@ -108,6 +108,14 @@ def specifier_table(unit: str, fragment: str, root: str = "/") -> Dict[str, Any]
     }
 
 
+def _words(text: str) -> List[str] | None:
+    """systemctl's argv text read back as words (systemd releases that quote it), None when it does not parse."""
+    try:
+        return es.split_words(text, cunescape=True)
+    except es.UnitSyntaxError:
+        return None
+
+
 def _show_exec_start(values: Sequence[str]) -> List[Tuple[str, str]]:
     """``ExecStart={ path=P ; argv[]=A ; ... }`` lines -> (P, A) (systemd joins argv with spaces)."""
     out = []
@@ -288,7 +296,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     systemd_view = _show_exec_start(shown.get("ExecStart", []))
     if systemd_view:
         path_shown, argv_shown = systemd_view[-1]
-        if argv_shown not in (" ".join(command.argv), " ".join(map(es.quote_exec_word, command.argv))):
+        if argv_shown != " ".join(command.argv) and _words(argv_shown) != list(command.argv):
             raise UnitReadError(
                 f"{unit}: ExecStart= ({where}) reads here as {list(command.argv)}, but systemd has `{argv_shown}`; "
                 "this collection cannot read the line exactly as systemd does. Simplify the line's quoting")
