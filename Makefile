@@ -286,5 +286,28 @@ benchmark-fleet: venv collection llama-server models
 benchmark-calibration: venv collection llama-server models win-models
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/calibration.py
 
+# The GPU proof (tests/gpu/, README "The GPU proof"): on a machine with an NVIDIA GPU, nvcc, CMake and Python,
+# llama-server built with CUDA for that GPU only, a 1.3B-parameter target and its one-layer draft, gpu_info on the
+# real nvidia-smi, kv_budget against the real CUDA allocation, a short A/B; summary.json and summary.md in $(OUT)
+# (or results/gpu-proof). It needs no venv and no network, only what `make gpu-proof-pack` put in .gpu-proof/.
+GPU_PROOF_PACK ?= .gpu-proof
+.PHONY: gpu-proof gpu-proof-pack gpu-proof-cpu
+gpu-proof:
+	$(PYTHON) tests/gpu/gpu_proof.py --backend cuda --pack $(GPU_PROOF_PACK) --out $(or $(OUT),results/gpu-proof)
+
+# What travels to the GPU machine (about 24 MiB): the sdist's llama.cpp trimmed to what llama-server builds from,
+# and the gguf and ansible-core wheels; then the trimmed tree built here for the CPU with the test bed's defines
+# (into the shared compiler cache: hits), the proof that nothing it needs was cut.
+gpu-proof-pack: venv collection llama-server
+	$(PY) tests/gpu/pack.py --dest $(GPU_PROOF_PACK)
+	$(PY) tests/gpu/gpu_proof.py --backend cpu --pack $(GPU_PROOF_PACK) --work $(CACHE)/gpu-proof-pack-check \
+	  --out results/gpu-proof-pack-check --budget-s 3600
+
+# The same script on this machine's CPU with tiny models and the test bed's llama-server (what make test runs in
+# tests/integration/test_gpu_proof_cpu.py).
+gpu-proof-cpu: venv collection llama-server
+	$(PY) tests/gpu/gpu_proof.py --backend cpu --llama-server $$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) \
+	  --out results/gpu-proof-cpu
+
 clean:
 	rm -rf .build .pytest_cache .ruff_cache

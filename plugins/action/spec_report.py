@@ -16,7 +16,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
 from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _plots, _report
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import write_atomic
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import update_locked, write_atomic
 
 
 def _d_s(value: Any) -> float | dict[str, float] | None:
@@ -96,7 +96,11 @@ class ActionModule(ActionBase):
         to_write = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
         if not self._task.check_mode:
             for path in to_write:
-                write_atomic(path, files[path])
+                if path.name == "history.jsonl":  # shared by every run on the host: merged again under its lock
+                    line = _report.history_line(document)
+                    update_locked(path, lambda old, line=line: merge_history(old, line))
+                else:
+                    write_atomic(path, files[path])
 
         summary = _report.summary_lines(document)
         stats = dict(_report.history_record(document), report_dir=str(report_dir), summary=summary)

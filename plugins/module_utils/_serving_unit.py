@@ -369,3 +369,44 @@ def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) 
             f"put the promoted drop-in back (playbooks/promote.yml), or {_drift.RERUN} before the next restart",
             promoted=promoted, pending=list(live.get("argv") or [])))
     return out
+
+
+# ------------------------------------------------------------------ for unit_override (form exec)
+
+
+def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir: str = "/run") -> Tuple[str, int] | None:
+    """A hand-written unit's endpoint from its command line; None for a form env unit or one that cannot be read
+    (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
+    try:
+        live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    except SpecdecError:
+        return None
+    if live.get("installed") and live.get("form") == "exec":
+        return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+    return None
+
+
+def exec_endpoints(unit: str, run: Runner, env: Mapping[str, str], argv: Sequence[str], *, proc: str = "/proc",
+                   run_dir: str = "/run") -> Tuple[str, int, str, int]:
+    """(candidate host, port, production host, port) for a form exec candidate: production's from the live unit,
+    the candidate's from its own command line. SpecdecError when either cannot be read (nothing was written)."""
+    live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    if not live.get("installed"):
+        raise UnitReadError(f"{unit}: {live.get('why')}")
+    host, port = uc.endpoint(uc.describe(list(argv), env, live.get("engine"), unit), unit)
+    return host, port, str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+
+
+def dropin_endpoint(dropin_text: str, env: Mapping[str, str], unit: str) -> Tuple[str, int] | None:
+    """Where a candidate whose drop-in carries an ExecStart= answers (its command line); None without one."""
+    try:
+        commands: List[es.ExecCommand] = []
+        for item in es.unit_assignments(dropin_text):
+            if item.section == "Service" and item.key == "ExecStart":
+                commands = es.parse_exec(item.value, {}) or []
+        if not commands:
+            return None
+        argv = es.expand_argv(commands[-1].argv, {}).argv
+        return uc.endpoint(uc.describe(list(argv), env, None, unit), unit)
+    except SpecdecError:
+        return None

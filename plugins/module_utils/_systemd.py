@@ -31,6 +31,10 @@ COLLECTION = "llmfleet.specdec"
 STATE_DIR_NAME = "llmfleet-specdec"
 DROPIN_NAME = "50-llmfleet-specdec.conf"
 ROLLBACK_PREFIX = "specdec-rollback-"
+# While a changed candidate re-arms the dead-man, a second timer ("the bridge") is armed first and stopped last,
+# so there is never a moment without an armed timer. Its prefix is not an extension of ROLLBACK_PREFIX, so a
+# unit's name read back from a timer's name is never ambiguous.
+BRIDGE_PREFIX = "specdec-rearm-"
 
 Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
@@ -77,6 +81,16 @@ class OverridePaths(NamedTuple):
     def rollback_service(self) -> str:
         return self.rollback_unit + ".service"
 
+    @property
+    def bridge_unit(self) -> str:
+        """The second dead-man timer, armed only while the first is re-armed."""
+        return BRIDGE_PREFIX + self.rollback_unit[len(ROLLBACK_PREFIX):]
+
+    @property
+    def dead_man_units(self) -> Tuple[str, str]:
+        """Both dead-man timer bases: the rollback timer and its bridge."""
+        return self.rollback_unit, self.bridge_unit
+
 
 def override_paths(unit: str, run_dir: str = "/run") -> OverridePaths:
     """Every path and unit name ``present`` writes for ``unit`` (a normalised service name)."""
@@ -95,11 +109,13 @@ def override_paths(unit: str, run_dir: str = "/run") -> OverridePaths:
 
 
 def unit_from_rollback_unit(name: str) -> str | None:
-    """``specdec-rollback-llama-server.timer`` → ``llama-server.service``; None for other units."""
-    for suffix in (".timer", ".service"):
-        if name.startswith(ROLLBACK_PREFIX) and name.endswith(suffix):
-            stem = name[len(ROLLBACK_PREFIX): -len(suffix)]
-            return stem + ".service" if stem else None
+    """``specdec-rollback-llama-server.timer`` (or its bridge ``specdec-rearm-…``) → ``llama-server.service``;
+    None for other units."""
+    for prefix in (ROLLBACK_PREFIX, BRIDGE_PREFIX):
+        for suffix in (".timer", ".service"):
+            if name.startswith(prefix) and name.endswith(suffix):
+                stem = name[len(prefix): -len(suffix)]
+                return stem + ".service" if stem else None
     return None
 
 
@@ -257,27 +273,30 @@ def calendar_spec(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(math.ceil(epoch)))
 
 
-def timer_command(paths: OverridePaths, deadline_epoch: float, python: str, health_timeout: int) -> List[str]:
+def timer_command(paths: OverridePaths, deadline_epoch: float, python: str, health_timeout: int,
+                  unit_base: str | None = None) -> List[str]:
     """The systemd-run line that arms the dead-man: a wall-clock deadline, 1 s accuracy, a oneshot service.
 
     Not ``--on-active``: systemd (252) re-bases OnActiveSec= timers on every daemon-reload, so each
     reload would postpone the rollback (measured: a reload 5 s in moved a 12 s timer to 17 s). An
-    OnCalendar= instant does not move.
+    OnCalendar= instant does not move. ``ConditionPathExists=`` on the script: once a restore removed the
+    script (production healthy), a timer that still fires is skipped, not failed, and both units are gone after.
+    ``unit_base`` is the rollback unit (default) or its bridge (``paths.bridge_unit``).
     """
+    base = unit_base or paths.rollback_unit
+    what = "dead-man rollback" if base == paths.rollback_unit else "dead-man rollback (bridge while re-arming)"
     return [
         "systemd-run",
-        f"--unit={paths.rollback_unit}",
-        f"--description={COLLECTION} dead-man rollback of {paths.unit}",
+        f"--unit={base}",
+        f"--description={COLLECTION} {what} of {paths.unit}",
         f"--on-calendar={calendar_spec(deadline_epoch)}",
         "--timer-property=AccuracySec=1s",
         "--property=Type=oneshot",
         f"--property=TimeoutStartSec={int(health_timeout) + 60}",
+        f"--property=ConditionPathExists={paths.script}",
         python,
         paths.script,
     ]
-
-
-# ------------------------------------------------------------------ parsing what the host says
 
 
 # ------------------------------------------------------------------ systemctl

@@ -33,16 +33,14 @@ candidate's rendering (``_envfile``), ``/proc`` readers (``_procview``), HTTP it
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import shlex
-import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Tuple
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart, _unit_command
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as live_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvConfig,
@@ -64,8 +62,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import 
     read_text,
     within_cgroup,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import cmdline_matches, read_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
+    BRIDGE_PREFIX,
     DROPIN_NAME,
     ROLLBACK_PREFIX,
     STATE_DIR_NAME,
@@ -75,10 +73,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     UnitOverrideError,
     journal_tail,
     override_paths,
-    render_rollback_script,
     rollback_interpreter,
     service_name,
-    timer_command,
     unit_from_rollback_unit,
 )
 
@@ -170,6 +166,12 @@ def http_get(url: str, timeout: float) -> Tuple[int, str]:
 
 # ------------------------------------------------------------------ the vehicle
 
+# The dead-man that guards a change when the caller asked for none (present without rollback_after, a restore
+# with no timer armed): long enough for the port wait and the health wait, so it never fires mid-change.
+GUARD_MARGIN = 60
+
+write_private = _deadman.write_private
+
 
 def _file_state(path: str) -> Tuple[str | None, int | None]:
     try:
@@ -179,44 +181,37 @@ def _file_state(path: str) -> Tuple[str | None, int | None]:
     return read_text(path), mode
 
 
-def _ensure_private_dir(path: str) -> None:
-    if not os.path.isdir(path):
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        os.chmod(path, 0o700)
-
-
-def write_private(path: str, text: str, mode: int) -> None:
-    """Atomically writes ``text`` with ``mode``: never a moment with other permissions or half a file."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
-
-
 def _rmdir(path: str) -> None:
     try:
-        os.rmdir(path)
+        _deadman.rmdir(path)
     except OSError:
         pass
 
 
+def candidate_differences(base: Mapping[str, str], config: EnvConfig | None) -> EnvConfig | None:
+    """The part of a candidate that differs from production (None when nothing differs or nothing is known)."""
+    if config is None:
+        return None
+    assignments = tuple((name, value) for name, value in config.assignments if base.get(name) != value)
+    unset = tuple(name for name in config.unset if name in base)
+    return EnvConfig(assignments, unset) if assignments or unset else None
+
+
+def carries_candidate(environ: Mapping[str, str], base: Mapping[str, str], config: EnvConfig | None) -> bool:
+    """Whether a process's environment carries what the candidate changed (False when it changed nothing)."""
+    differences = candidate_differences(base, config)
+    return differences is not None and config_matches_environ(differences, environ)
+
+
 class UnitOverride:
-    """present / confirmed / absent for one unit (or absent for every unit, ``unit='*'``)."""
+    """present / confirmed / absent for one unit (or absent for every unit, ``unit='*'``).
+
+    The invariant (docs/architecture.md, "Production is never left down"): from the first change on the host
+    until production answers health with its own config, something on the host brings production back by itself:
+    the dead-man timer (armed before the first change, re-armed through its bridge, disarmed last), or a
+    ``systemctl restart`` job, which systemd completes without its caller. There is no stop-then-start that only
+    this module could finish.
+    """
 
     def __init__(self, *, run: Runner, check_mode: bool = False, run_dir: str = "/run", proc: str = "/proc",
                  python: str = "/usr/bin/python3", http: HttpGet = http_get,
@@ -234,6 +229,12 @@ class UnitOverride:
         self.sleep = sleep
         self.health_timeout = health_timeout
         self.port_timeout = port_timeout
+        self.deadman = _deadman.DeadMan(self.sd, python=python, health_timeout=health_timeout, wall=wall,
+                                        clock=clock, sleep=sleep)
+
+    @property
+    def guard_seconds(self) -> int:
+        return self.health_timeout + self.port_timeout + GUARD_MARGIN
 
     # ---------------------------------------------------------- facts
 
@@ -258,32 +259,17 @@ class UnitOverride:
         env.update(read_env_files(files))
         return env
 
-    def production_endpoint(self, paths: OverridePaths) -> Tuple[str, int]:
-        """Where production answers: a hand-written unit's from its command line (``serving_unit_info``'s reading),
-        else from its env (LLAMA_ARG_HOST/PORT, VLLM_SERVE_HOST/PORT). A unit that cannot be read falls back to
-        its env, so that a restore never waits on a reading."""
-        try:
-            live = read_unit(paths.unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
-        except SpecdecError:
-            live = None
-        if live and live.get("installed") and live.get("form") == "exec":
-            return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
-        return endpoint_of(self.base_env(paths), paths.unit)
+    def production_endpoint(self, paths: OverridePaths, base: Mapping[str, str]) -> Tuple[str, int]:
+        """A hand-written unit's from its command line (form exec), else from its env."""
+        return (live_unit.production_endpoint(paths.unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
+                or endpoint_of(base, paths.unit))
 
     def timer_state(self, paths: OverridePaths) -> Dict[str, Any]:
-        timer = self.sd.show(paths.timer, ["LoadState", "ActiveState", "SubState"])
-        service = self.sd.show(paths.rollback_service, ["LoadState", "ActiveState"])
-        armed = timer["ActiveState"] == "active" and timer["SubState"] == "waiting"
-        due_in = None
-        meta_text = read_text(paths.meta)
-        if armed and meta_text:
-            try:
-                due_in = max(0, math.ceil(float(json.loads(meta_text)["deadline"]) - self.wall()))
-            except (ValueError, KeyError, TypeError):
-                due_in = None
-        return {"timer": paths.timer, "armed": armed, "due_in": due_in,
-                "running": service["ActiveState"] in ("activating", "active", "deactivating"),
-                "loaded": timer["LoadState"] == "loaded" or service["LoadState"] == "loaded"}
+        state = self.deadman.state(paths)
+        return {key: state[key] for key in ("timer", "armed", "due_in", "running", "loaded")}
+
+    def unit_owns(self, pid: int, owner: int, control_group: str) -> bool:
+        return owner == pid or within_cgroup(self.proc.cgroup(owner), control_group)
 
     def serving_pid_ok(self, pid: int, port: int, control_group: str = "") -> Tuple[bool, List[int]]:
         """Whether the port is served by the unit: its ``MainPID`` or a process in its ``control_group``."""
@@ -300,19 +286,23 @@ class UnitOverride:
 
     # ---------------------------------------------------------- waits
 
-    def wait_port_free(self, unit: str, port: int) -> None:
+    def require_port(self, unit: str, port: int, info: Mapping[str, str], *, what: str) -> None:
+        """Before anything changes: ``port`` must be free, or held only by the unit itself (which its restart
+        frees). Another holder is waited for up to ``port_timeout`` s, then refused naming it; nothing changed."""
         deadline = self.clock() + self.port_timeout
+        pid = int(info.get("MainPID") or 0)
+        control_group = info.get("ControlGroup", "")
         while True:
-            inodes = self.proc.listening_inodes(port)
-            if not inodes:
+            owners = self.proc.socket_owners(self.proc.listening_inodes(port))
+            others = [owner for owner in owners if not self.unit_owns(pid, owner, control_group)]
+            if not others and (owners or not self.proc.listening_inodes(port)):
                 return
             if self.clock() >= deadline:
-                owners = self.proc.socket_owners(inodes)
-                held_by = self.proc.owners_text(owners)
+                held_by = self.proc.owners_text(others) if others else "a process this host does not show"
                 raise PortBusyError(
-                    f"{unit}: port {port} is still held by {held_by} {self.port_timeout} s after {unit} stopped; "
-                    f"stop that process, or give the candidate another LLAMA_ARG_PORT, and run again",
-                    port=port, port_owners=owners)
+                    f"{unit}: port {port}, which {what} listens on, is held by {held_by}, not by {unit}; nothing was "
+                    f"changed ({unit} still serves as before). Stop that process, or give the candidate another "
+                    "LLAMA_ARG_PORT, and run again", port=port, port_owners=others)
             self.sleep(0.2)
 
     def wait_healthy(self, unit: str, host: str, port: int, *, not_pid: int | None, since: float | None) -> Dict[str, Any]:
@@ -328,11 +318,12 @@ class UnitOverride:
             baseline = restarts if baseline is None else baseline
             pid = int(info.get("MainPID") or 0)
             if info["ActiveState"] == "failed":
-                raise NotHealthyError(f"{unit} failed (Result={info.get('Result')}) before {url} answered",
-                                      journal=self.sd.journal(unit, since), url=url)
+                raise NotHealthyError(f"{unit} failed (Result={info.get('Result')}) before {url} answered"
+                                      f"{self._port_note(port, pid, info)}", journal=self.sd.journal(unit, since), url=url)
             if restarts > baseline:
                 raise NotHealthyError(f"{unit}'s process exited and systemd restarted it (NRestarts {baseline} -> "
-                                      f"{restarts}) before {url} answered", journal=self.sd.journal(unit, since), url=url)
+                                      f"{restarts}) before {url} answered{self._port_note(port, pid, info)}",
+                                      journal=self.sd.journal(unit, since), url=url)
             if info["ActiveState"] == "active" and pid and pid != not_pid:
                 status, body = self.http(url, 2.0)
                 if status == 200:
@@ -349,54 +340,32 @@ class UnitOverride:
             else:
                 last = f"{unit} is {info['ActiveState']}/{info['SubState']} (MainPID {pid})"
             if self.clock() >= deadline:
-                raise NotHealthyError(f"{unit} was not healthy within {self.health_timeout} s: {last}",
+                note = "" if "is served by" in last else self._port_note(port, pid, info)
+                raise NotHealthyError(f"{unit} was not healthy within {self.health_timeout} s: {last}{note}",
                                       journal=self.sd.journal(unit, since), url=url)
             self.sleep(0.25)
 
+    def _port_note(self, port: int, pid: int, info: Mapping[str, str]) -> str:
+        """Names a process outside the unit that holds the port (why the unit could not listen), if any."""
+        owners = self.proc.socket_owners(self.proc.listening_inodes(port))
+        others = [owner for owner in owners if not self.unit_owns(pid, owner, info.get("ControlGroup", ""))]
+        return f"; port {port} is held by {self.proc.owners_text(others)}" if others else ""
+
     def restart_and_wait(self, unit: str, host: str, port: int) -> Dict[str, Any]:
-        """Stop, wait for the port to be free, start, wait for health from the new process."""
+        """One ``systemctl restart`` job, then the health wait for the new process.
+
+        A job, not a stop and a start: systemd runs a queued job to its end whatever happens to its caller, so
+        a module killed after this call leaves a unit that starts by itself. ``--no-block``: the wait that
+        follows is bounded by ``health_timeout``, whatever the unit's own start timeout.
+        """
         old_pid = int(self.unit_info(unit).get("MainPID") or 0) or None
-        self.sd.must(["systemctl", "stop", unit])
-        self.wait_port_free(unit, port)
         self.sd.call(["systemctl", "reset-failed", unit])
         since = self.wall() - 1
-        rc, out, err = self.sd.call(["systemctl", "start", unit])
+        rc, out, err = self.sd.call(["systemctl", "restart", "--no-block", unit])
         if rc != 0:
-            raise NotHealthyError(f"`systemctl start {unit}` failed (rc {rc}): {(err or out).strip()[-300:]}",
+            raise NotHealthyError(f"`systemctl restart {unit}` failed (rc {rc}): {(err or out).strip()[-300:]}",
                                   journal=self.sd.journal(unit, since))
         return self.wait_healthy(unit, host, port, not_pid=old_pid, since=since)
-
-    # ---------------------------------------------------------- the dead-man
-
-    def arm(self, paths: OverridePaths, seconds: int, production_url: str) -> None:
-        self.disarm(paths)
-        _ensure_private_dir(os.path.dirname(paths.state_dir))
-        _ensure_private_dir(paths.state_dir)
-        write_private(paths.script, render_rollback_script(paths, self.python, production_url, self.health_timeout), 0o700)
-        armed_at = self.wall()
-        deadline = math.ceil(armed_at + int(seconds))
-        write_private(paths.meta, json.dumps({"unit": paths.unit, "seconds": int(seconds), "armed_at": armed_at,
-                                              "deadline": deadline}) + "\n", 0o600)
-        try:
-            self.sd.must(timer_command(paths, deadline, self.python, self.health_timeout))
-        except UnitOverrideError:
-            for path in (paths.script, paths.meta):
-                _unlink(path)
-            _rmdir(paths.state_dir)
-            raise
-
-    def disarm(self, paths: OverridePaths) -> bool:
-        """Stops an armed timer; lets a rollback that is running right now finish. True when one was armed."""
-        state = self.timer_state(paths)
-        if state["armed"]:
-            self.sd.must(["systemctl", "stop", paths.timer])
-        deadline = self.clock() + self.health_timeout + 30
-        while state["running"] and self.clock() < deadline:
-            self.sleep(0.25)
-            state = self.timer_state(paths)
-        if state["loaded"]:
-            self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
-        return bool(state["armed"])
 
     # ---------------------------------------------------------- states
 
@@ -417,17 +386,19 @@ class UnitOverride:
         dropin_now, dropin_mode = _file_state(paths.dropin)
         files_match = env_now == want_env and dropin_now == want_dropin and env_mode == 0o600 and dropin_mode == 0o600
         base = self.base_env(paths)
-        if exec_start:
-            host, port, prod_host, prod_port = self._exec_endpoints(unit, effective_env(base, config), exec_start)
+        if exec_start:  # form exec: both endpoints from the command lines; an unreadable one fails before any change
+            try:
+                host, port, prod_host, prod_port = live_unit.exec_endpoints(
+                    unit, self.run, effective_env(base, config), exec_start.argv, proc=self.proc.proc, run_dir=self.run_dir)
+            except SpecdecError as exc:
+                raise UnitOverrideError(f"{exc}; nothing was written") from None
         else:
             host, port = endpoint_of(effective_env(base, config), unit)
-            prod_host, prod_port = self.production_endpoint(paths)
+            prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
                    and config_matches_environ(config, self.proc.environ(pid) if pid else {})
-                   and (exec_start is None or cmdline_matches(self.proc.proc, pid, exec_start.argv,
-                                                              info.get("ControlGroup", "")))
-                   and self.healthy_now(unit, info, host, port))
+                   and self.runs_command(pid, exec_start, info) and self.healthy_now(unit, info, host, port))
         timer = self.timer_state(paths)
         plan = plan_present(files_match, serving, timer["armed"], rollback_after)
         result: Dict[str, Any] = {
@@ -444,15 +415,20 @@ class UnitOverride:
         if not plan.changed:
             result.update(healthy=True, main_pid=pid, rollback=self._rollback_report(paths, None))
             return result
-        # The dead-man first: from here on, a controller that dies leaves a host that restores itself.
-        if plan.arm_timer:
-            self.arm(paths, int(rollback_after or 0), health_url(prod_host, prod_port))
+        if plan.restart:
+            # Before anything changes: a port held by another process is refused now, production untouched.
+            self.require_port(unit, port, info, what="the candidate")
+        # The dead-man first: from here on, a module, link or controller that dies leaves a host that restores
+        # itself. Without rollback_after, a guard of the same kind covers the switch until the candidate is
+        # healthy, then goes (the operator keeps the candidate, as with state=confirmed).
+        guarded = plan.restart and rollback_after is None and not timer["armed"]
+        if plan.arm_timer or guarded:
+            self.deadman.arm(paths, int(rollback_after or self.guard_seconds), health_url(prod_host, prod_port))
         if plan.write_files:
-            _ensure_private_dir(os.path.dirname(paths.state_dir))
-            _ensure_private_dir(paths.state_dir)
-            _ensure_private_dir(paths.dropin_dir)
-            write_private(paths.env_file, want_env, 0o600)
-            write_private(paths.dropin, want_dropin, 0o600)
+            for directory in (os.path.dirname(paths.state_dir), paths.state_dir, paths.dropin_dir):
+                _deadman.ensure_private_dir(directory)
+            _deadman.write_private(paths.env_file, want_env, 0o600)
+            _deadman.write_private(paths.dropin, want_dropin, 0o600)
         if plan.write_files or info.get("NeedDaemonReload") == "yes":
             self.sd.daemon_reload()
         if plan.restart:
@@ -461,34 +437,29 @@ class UnitOverride:
                 if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
                     raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
                                           "environment does not carry the candidate (was the override removed meanwhile?)")
-                if exec_start and not cmdline_matches(self.proc.proc, health["main_pid"], exec_start.argv,
-                                                      self.unit_info(unit).get("ControlGroup", "")):
-                    raise NotHealthyError(
-                        f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run the candidate's "
-                        f"command line ({self.proc.describe(health['main_pid'])}); a drop-in that sorts after "
-                        f"{paths.dropin} may set ExecStart=")
+                if not self.runs_command(health["main_pid"], exec_start, self.unit_info(unit)):
+                    raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run "
+                                          f"the candidate's command line ({self.proc.describe(health['main_pid'])})")
             except UnitOverrideError as exc:
                 raise self._candidate_failed(paths, exc) from exc
             result.update(health, restarted=True)
         else:
             result.update(healthy=True, main_pid=pid)
+        if guarded:
+            self._forget_dead_man(paths)
         result["rollback"] = self._rollback_report(paths, None)
         return result
 
-    def _exec_endpoints(self, unit: str, env: Mapping[str, str], exec_start: ExecStart) -> Tuple[str, int, str, int]:
-        """(candidate host, port, production host, port) for a form exec candidate, from the live unit and the
-        candidate's command line; an unreadable unit or command line fails before anything is written."""
-        try:
-            live = read_unit(unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
-            if not live.get("installed"):
-                raise UnitOverrideError(f"{unit}: {live.get('why')}")
-            described = _unit_command.describe(list(exec_start.argv), env, live.get("engine"), unit)
-            host, port = _unit_command.endpoint(described, unit)
-        except UnitOverrideError:
-            raise
-        except SpecdecError as exc:
-            raise UnitOverrideError(f"{exc}; nothing was written") from None
-        return host, port, str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+    def runs_command(self, pid: int, exec_start: ExecStart | None, info: Mapping[str, str]) -> bool:
+        """Form exec: the unit's process (or one in its control group) runs exactly the candidate's command line."""
+        return exec_start is None or live_unit.cmdline_matches(self.proc.proc, pid, exec_start.argv,
+                                                               info.get("ControlGroup", ""))
+
+    def _forget_dead_man(self, paths: OverridePaths) -> None:
+        """The meta and the script first (a timer that fires without its script is skipped), the timer last."""
+        for path in (paths.meta, paths.script):
+            _deadman.unlink(path)
+        self.deadman.disarm(paths)
 
     def _candidate_failed(self, paths: OverridePaths, exc: UnitOverrideError) -> UnitOverrideError:
         """The candidate never became healthy: restore production, then say both things loudly."""
@@ -515,7 +486,8 @@ class UnitOverride:
             raise UnitOverrideError(f"{unit} has no override to confirm (no {paths.dropin}); run state=present first")
         result: Dict[str, Any] = {"changed": bool(timer["armed"]), "unit": unit, "state": "confirmed",
                                   "env_file": paths.env_file, "dropin": paths.dropin}
-        host, port = self.candidate_endpoint(paths)
+        env = self.effective_running_env(paths)
+        host, port = live_unit.dropin_endpoint(read_text(paths.dropin) or "", env, unit) or endpoint_of(env, unit)
         result.update(url=health_url(host, port), port=port)
         if not self.healthy_now(unit, info, host, port):
             due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
@@ -526,105 +498,149 @@ class UnitOverride:
                                     journal=self.sd.journal(unit, None, 20))
         result.update(healthy=True, main_pid=int(info.get("MainPID") or 0))
         if timer["armed"] and not self.check_mode:
-            self.disarm(paths)
-            _unlink(paths.meta)
-            _unlink(paths.script)
+            self._forget_dead_man(paths)
         result["rollback"] = self._rollback_report(paths, None) if not self.check_mode else {
             "timer": paths.timer, "armed": timer["armed"], "due_in": timer["due_in"]}
         return result
 
-    def candidate_endpoint(self, paths: OverridePaths) -> Tuple[str, int]:
-        """Where the candidate in place answers: its drop-in's ExecStart= (form exec), else its env."""
-        env = self.effective_running_env(paths)
-        commands = []
+    def candidate_config(self, paths: OverridePaths) -> Tuple[EnvConfig | None, bool]:
+        """(the candidate in /run, whether its env file exists); a file that does not parse counts as unknown."""
+        text = read_text(paths.env_file)
+        if text is None:
+            return None, False
         try:
-            text = read_text(paths.dropin) or ""
-            for item in _execstart.unit_assignments(text):
-                if item.section == "Service" and item.key == "ExecStart":
-                    commands = _execstart.parse_exec(item.value, {}) or []
-            if commands:
-                argv = _execstart.expand_argv(commands[-1].argv, {}).argv
-                return _unit_command.endpoint(_unit_command.describe(list(argv), env, None, paths.unit), paths.unit)
-        except SpecdecError:
-            pass
-        return endpoint_of(env, paths.unit)
+            return env_config_from_text(text, paths.env_file), True
+        except EnvValueError:
+            return None, True
 
     def effective_running_env(self, paths: OverridePaths) -> Dict[str, str]:
-        text = read_text(paths.env_file)
-        config = None
-        if text is not None:
-            try:
-                config = env_config_from_text(text, paths.env_file)
-            except EnvValueError:
-                config = None
-        return effective_env(self.base_env(paths), config)
+        return effective_env(self.base_env(paths), self.candidate_config(paths)[0])
 
     def found(self, paths: OverridePaths) -> List[str]:
         items = [f"{label} {path}" for label, path in (("drop-in", paths.dropin), ("env file", paths.env_file),
                                                        ("rollback script", paths.script), ("rollback meta", paths.meta))
                  if os.path.exists(path)]
-        timer = self.timer_state(paths)
+        timer = self.deadman.state(paths)
         if timer["armed"]:
             due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
-            items.append(f"armed timer {paths.timer}{due}")
+            names = [name + ".timer" for name, armed in ((paths.rollback_unit, timer["primary_armed"]),
+                                                         (paths.bridge_unit, timer["bridge_armed"])) if armed]
+            items.append(f"armed timer {' and '.join(names)}{due}")
         elif timer["loaded"]:
             items.append(f"spent rollback units {paths.rollback_unit}.{{timer,service}}")
         return items
 
-    def absent(self, unit: str) -> Dict[str, Any]:
+    def runs_override(self, paths: OverridePaths, info: Mapping[str, str], base: Mapping[str, str]) -> bool:
+        """Whether the unit may run something other than production now: our drop-in on disk or loaded, a change
+        that did not finish, or a process carrying the candidate of the env file left in /run (one that cannot be
+        read counts)."""
+        if os.path.exists(paths.dropin) or paths.dropin in info.get("DropInPaths", "").split():
+            return True
+        if os.path.exists(paths.script):
+            # A change that did not finish (its dead-man's script is still there): the process may run a candidate
+            # the env cannot show (a command-line drop-in), so production is restarted rather than trusted.
+            return True
+        config, env_file_exists = self.candidate_config(paths)
+        if not env_file_exists:
+            return False
+        pid = int(info.get("MainPID") or 0)
+        return config is None or (pid != 0 and carries_candidate(self.proc.environ(pid), base, config))
+
+    def absent(self, unit: str, restart: bool = False) -> Dict[str, Any]:
+        """Production back: the restore (an override in place), or with ``restart`` a fresh start of production.
+
+        Order, so that the host alone finishes whatever a death at any step leaves: the port checked (nothing
+        changed yet); a dead-man armed if none is; the drop-in removed and reloaded; one restart job; the health
+        wait for production's own config; then the env file, the script and its meta removed; the timer disarmed last.
+        """
         paths = override_paths(unit, self.run_dir)
         info = self.unit_info(unit)
         found = self.found(paths)
         dropin_now = read_text(paths.dropin)
         env_now = read_text(paths.env_file)
-        # Only an override that was in place needs a restart; a spent timer or a stray script does not.
-        overridden = dropin_now is not None or env_now is not None
+        loaded = info["LoadState"] == "loaded"
+        if not loaded and not found:
+            raise UnitOverrideError(f"{unit} is not an installed unit (LoadState={info['LoadState']}) and this "
+                                    "collection left nothing for it")
+        base = self.base_env(paths) if loaded else {}
+        overridden = loaded and self.runs_override(paths, info, base)
+        host, port = self.production_endpoint(paths, base) if loaded else (DEFAULT_HOST, DEFAULT_PORT)
+        # Something of ours is left and production does not answer (a candidate that failed, a restore cut short
+        # between its reload and its restart): production is started too.
+        down = loaded and bool(found) and not overridden and not self.healthy_now(unit, info, host, port)
+        need_restart = loaded and (overridden or restart or down)
         result: Dict[str, Any] = {
-            "changed": bool(found), "unit": unit, "state": "absent", "found": found, "restarted": False,
-            "env_file": paths.env_file, "dropin": paths.dropin,
+            "changed": bool(found) or need_restart, "unit": unit, "state": "absent", "found": found,
+            "restarted": False, "env_file": paths.env_file, "dropin": paths.dropin,
             "diff": [
                 {"before_header": paths.dropin, "after_header": paths.dropin, "before": dropin_now or "", "after": ""},
                 {"before_header": paths.env_file, "after_header": paths.env_file, "before": env_now or "", "after": ""},
             ],
         }
-        if info["LoadState"] != "loaded" and not found:
-            raise UnitOverrideError(f"{unit} is not an installed unit (LoadState={info['LoadState']}) and this "
-                                    "collection left nothing for it")
-        if self.check_mode:
-            return result
-        if found:
-            self.disarm(paths)
-            for path in (paths.dropin, paths.env_file, paths.script, paths.meta):
-                _unlink(path)
-            _rmdir(paths.dropin_dir)
-            _rmdir(paths.state_dir)
-            _rmdir(os.path.dirname(paths.state_dir))
-            self.sd.daemon_reload()
-        if info["LoadState"] != "loaded":
+        if not loaded:
+            if not self.check_mode:
+                self._remove_override(paths, reload=True)
+                self._remove_state(paths)
+                self.deadman.disarm(paths)
             result.update(healthy=None, note=f"{unit} is not installed: removed what was left, restarted nothing")
             return result
-        host, port = self.production_endpoint(paths)
         result.update(url=health_url(host, port), port=port)
+        if self.check_mode:
+            return result
+        if need_restart:
+            self.require_port(unit, port, info, what="production")
+        if overridden and not self.deadman.state(paths)["armed"]:
+            self.deadman.arm(paths, self.guard_seconds, health_url(host, port))
+        self._remove_override(paths, reload=overridden or info.get("NeedDaemonReload") == "yes")
         try:
-            if overridden:
+            if need_restart:
                 health = self.restart_and_wait(unit, host, port)
                 result["restarted"] = True
+                self._require_production(paths, base, health)
             elif self.healthy_now(unit, info, host, port):
-                health = {"healthy": True, "main_pid": int(info["MainPID"])}
+                health = {"healthy": True, "main_pid": int(info["MainPID"]), "url": health_url(host, port), "port": port}
             else:
                 health = self.wait_healthy(unit, host, port, not_pid=None, since=None)
         except UnitOverrideError as exc:
             journal = list(exc.details.get("journal") or self.sd.journal(unit, None, 20))
             removed = f" after its override was removed (found: {'; '.join(found)})" if found else ""
+            left = self.deadman.state(paths)
+            due = f" (due in {left['due_in']} s)" if left["due_in"] is not None else ""
+            retry = f" The dead-man timer {paths.timer} stays armed{due} and will restart {unit} again." if left["armed"] else ""
             raise UnitOverrideError(
-                f"PRODUCTION IS NOT HEALTHY: {unit} did not come back{removed}: {exc}"
+                f"PRODUCTION IS NOT HEALTHY: {unit} did not come back{removed}: {exc}.{retry}"
                 f"{journal_tail(unit, journal)}",
                 found=found, journal=journal) from exc
+        # Production answers with its own config: what is left goes, the dead-man last.
+        self._remove_state(paths)
+        disarmed = self.deadman.disarm(paths)
+        if disarmed["ran"] or int(self.unit_info(unit).get("MainPID") or 0) != health["main_pid"]:
+            health = self.wait_healthy(unit, host, port, not_pid=None, since=None)
         result.update(health)
         return result
 
+    def _remove_override(self, paths: OverridePaths, reload: bool) -> None:
+        """The drop-in (what makes a restart start the candidate), then daemon-reload."""
+        _deadman.unlink(paths.dropin)
+        _rmdir(paths.dropin_dir)
+        if reload:
+            self.sd.daemon_reload()
+
+    def _remove_state(self, paths: OverridePaths) -> None:
+        """The env file, the meta, then the script (a timer that fires after this is skipped), then the dirs."""
+        for path in (paths.env_file, paths.meta, paths.script):
+            _deadman.unlink(path)
+        _rmdir(paths.state_dir)
+        _rmdir(os.path.dirname(paths.state_dir))
+
+    def _require_production(self, paths: OverridePaths, base: Mapping[str, str], health: Mapping[str, Any]) -> None:
+        config, _dummy = self.candidate_config(paths)
+        if carries_candidate(self.proc.environ(health["main_pid"]), base, config):
+            raise NotHealthyError(f"{paths.unit}: pid {health['main_pid']} answers {health['url']} but still carries "
+                                  f"the candidate of {paths.env_file} (was the drop-in put back meanwhile?)")
+
     def leftover_units(self) -> List[str]:
-        """Every unit this collection left something for: state dirs, drop-ins, rollback timers."""
+        """Every unit this collection left something for: state dirs, drop-ins, rollback timers and bridges."""
         units = set()
         state_root = os.path.join(self.run_dir, STATE_DIR_NAME)
         if os.path.isdir(state_root):
@@ -634,10 +650,11 @@ class UnitOverride:
             for name in os.listdir(dropin_root):
                 if name.endswith(".service.d") and os.path.exists(os.path.join(dropin_root, name, DROPIN_NAME)):
                     units.add(name[: -len(".d")])
-        for name in self.sd.list_units(ROLLBACK_PREFIX + "*"):
-            unit = unit_from_rollback_unit(name)
-            if unit:
-                units.add(unit)
+        for prefix in (ROLLBACK_PREFIX, BRIDGE_PREFIX):
+            for name in self.sd.list_units(prefix + "*"):
+                unit = unit_from_rollback_unit(name)
+                if unit:
+                    units.add(unit)
         return sorted(units)
 
     def absent_everywhere(self) -> Dict[str, Any]:
@@ -688,14 +705,16 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     every_unit = params["unit"] == "*"
     if every_unit and state != "absent":
         raise SpecdecError("unit='*' (every unit this collection overrode) only goes with state=absent")
+    if params.get("restart") and state != "absent":
+        raise SpecdecError(f"restart=true goes with state=absent (a fresh start of production); state={state} "
+                           "restarts the unit whenever its candidate changes")
+    if params.get("restart") and every_unit:
+        raise SpecdecError("restart=true needs one unit: unit='*' restores every overridden unit and restarts only those")
     unit = None if every_unit else service_name(params["unit"])
-    exec_start = None
-    if params.get("exec_start") is not None and state == "present":
-        exec_start = check_exec_start(params["exec_start"], params.get("exec_prefix") or "")
-    if exec_start is not None and params.get("env") is None and params.get("env_file") is None:
-        config: EnvConfig | None = EnvConfig((), ())
-    elif exec_start is not None and params.get("env") == {}:
-        config = EnvConfig((), ())
+    exec_start = (check_exec_start(params["exec_start"], params.get("exec_prefix"))
+                  if state == "present" and params.get("exec_start") is not None else None)
+    if exec_start is not None and not params.get("env") and params.get("env_file") is None:
+        config: EnvConfig | None = EnvConfig((), ())  # form exec: the command line is the candidate
     else:
         config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
     if state == "present" and rollback_after is not None and rollback_after <= health_timeout:
@@ -706,10 +725,20 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
         raise SpecdecError("health_timeout must be at least 1 s and port_timeout at least 0 s")
     if os.geteuid() != 0:
         raise SpecdecError("unit_override writes under /run and drives systemd: run it as root (become: true)")
-    if state == "present" and rollback_after is not None:
+    # Every switch is guarded by a dead-man until the unit is healthy (a guard when rollback_after is not given),
+    # so present checks the interpreter root's timer runs before anything changes; absent arms one only when it
+    # finds an override without a timer, and fails then (still before its first change).
+    python_problem = None
+    if state == "present":
         python = rollback_interpreter(python)
+    elif state == "absent":
+        try:
+            python = rollback_interpreter(python)
+        except SpecdecError as exc:
+            python_problem = str(exc)
     manager = UnitOverride(run=run, check_mode=check_mode, python=python,
                            health_timeout=health_timeout, port_timeout=port_timeout)
+    manager.deadman.python_problem = python_problem
     if every_unit:
         return manager.absent_everywhere()
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
@@ -718,4 +747,4 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
         return manager.present(unit, config, rollback_after, exec_start)
     if state == "confirmed":
         return manager.confirmed(unit)
-    return manager.absent(unit)
+    return manager.absent(unit, restart=bool(params.get("restart")))

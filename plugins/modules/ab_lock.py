@@ -14,20 +14,28 @@ description:
     scheduled job) would interleave candidates and measure each other's. The role C(llmfleet.specdec.spec_ab)
     takes this lock before it changes anything and releases it after production is restored.
   - The lock is a JSON record at C(<state_dir>/locks/<unit>.json) naming its holder - the run id, the
-    controller's host name, the controller's C(ansible-playbook) process id, the start time - and an expiry.
-    It is created whole (a complete temporary file linked into place, which fails if a lock exists), and every
-    decision about it is taken under an exclusive C(flock) of C(<state_dir>/locks/<unit>.guard), so two runs
-    that find the same dead lock cannot both take it over.
+    controller's host name, the controller's C(ansible-playbook) process id with that machine's boot id, its pid
+    namespace and the process's start time, the start of the run - and an expiry.
+    It is created whole (a complete temporary file with a unique name linked into place, which fails if a lock
+    exists), and every decision about it is taken under an exclusive C(flock) of C(<state_dir>/locks/<unit>.guard),
+    waited for at most 30 seconds, so two runs that find the same dead lock cannot both take it over.
   - O(state=present) takes the lock, or refreshes the expiry of a lock the same run id already holds (the role
     refreshes it before every config). A lock held by another live run makes the module wait up to O(wait)
     seconds, then fail with a message naming the holder and its start time.
   - A lock left by a dead run is taken over, and the old record is returned in RV(taken_over) with the reason,
-    when its expiry has passed and the unit's dead-man timer (C(specdec-rollback-<unit>.timer)) is no longer
-    armed - the dead run's candidate was rolled back - or at once when its controller was this very machine
-    and that process is gone.
+    only while the unit's dead-man timer (C(specdec-rollback-<unit>.timer), or its bridge C(specdec-rearm-<unit>.timer))
+    is not armed - the dead run's candidate may still serve until it fires - and then when its expiry has passed,
+    or at once when its holder is provably gone - the controller ran on this very host (same boot id, same pid
+    namespace) and its process is gone or its pid now belongs to a later process. A host name proves nothing (the
+    containers of one image share it) and is never trusted.
   - O(state=absent) removes the lock if the C(run_id) of O(owner) holds it; the lock of another run is left in place
     (reported in RV(holder)), unless O(force=true).
-  - The state directory is created root-owned with O(state_mode) if it does not exist; C(locks/) is 0700.
+  - O(state=query) changes nothing (also outside check mode) and says whether a run holds the lock (RV(held), RV(holder)),
+    whether that lock is stale (RV(stale), RV(why)), and whether an override of M(llmfleet.specdec.unit_override) is
+    live on the host (RV(override_live)). C(playbooks/tasks/require_unit_free.yml) uses it to keep deploy, build
+    and promote off a unit an A/B is changing.
+  - The state directory is created root-owned with O(state_mode) if it does not exist (an existing one loses the
+    permission bits O(state_mode) does not grant); C(locks/) is 0700 and every lock file 0600.
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -45,17 +53,18 @@ options:
     type: str
     required: true
   state:
-    description: V(present) takes or refreshes the lock, V(absent) releases it.
+    description: V(present) takes or refreshes the lock, V(absent) releases it, V(query) only reads it.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, query]
     default: present
   owner:
     description:
       - Who takes or holds the lock. C(run_id) is required (letters, digits and C(. _ @ + -)).
       - C(controller) (the controller's host name) and C(pid) (its C(ansible-playbook) process) are recorded for
-        the message another run gets; the filter C(llmfleet.specdec.ab_lock_owner) fills both in.
+        the message another run gets; C(boot_id), C(pid_ns) and C(start_ticks) prove later that this process is
+        gone. The filter C(llmfleet.specdec.ab_lock_owner) fills all of them in, and makes the run id unique.
+      - Required with O(state=present) and O(state=absent).
     type: dict
-    required: true
   expires_after:
     description:
       - Seconds from now after which the lock counts as left by a dead run, once the unit's dead-man timer has
@@ -80,9 +89,11 @@ options:
     type: path
     default: /var/lib/llmfleet-specdec
   state_mode:
-    description: The mode the state directory is created with when it does not exist.
+    description:
+      - The mode of the state directory (it holds prompts and model output); it is created with it, and an existing one
+        loses the bits it does not grant.
     type: raw
-    default: "0750"
+    default: "0700"
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
@@ -97,6 +108,13 @@ EXAMPLES = r"""
     expires_after: 1020
     wait: 600
   become: true
+
+- name: Is the unit free (no A/B holds its lock, no override live)? Changes nothing
+  llmfleet.specdec.ab_lock:
+    unit: llama-server
+    state: query
+  become: true
+  register: unit_lock
 
 - name: Release it
   llmfleet.specdec.ab_lock:
@@ -136,6 +154,27 @@ waited:
   description: Seconds spent waiting for another run's lock.
   returned: with O(state=present)
   type: int
+held:
+  description: Whether a run that is not provably dead holds the lock.
+  returned: with O(state=query)
+  type: bool
+stale:
+  description: Whether the lock record left belongs to a dead run (it would be taken over).
+  returned: with O(state=query)
+  type: bool
+why:
+  description: Who holds the lock until when, or why the record left is stale; null when there is none.
+  returned: with O(state=query)
+  type: str
+override_live:
+  description: Whether a drop-in, an env file or an armed dead-man of M(llmfleet.specdec.unit_override) is on the host.
+  returned: with O(state=query)
+  type: bool
+override:
+  description: What of M(llmfleet.specdec.unit_override) was found live.
+  returned: with O(state=query)
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -145,14 +184,14 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    owner=dict(type="dict", required=True),
+    state=dict(type="str", choices=["present", "absent", "query"], default="present"),
+    owner=dict(type="dict"),
     expires_after=dict(type="int"),
     wait=dict(type="int", default=0),
     poll=dict(type="int", default=2),
     force=dict(type="bool", default=False),
     state_dir=dict(type="path", default=_host_state.DEFAULT_STATE_DIR),
-    state_mode=dict(type="raw", default="0750"),
+    state_mode=dict(type="raw", default="0700"),
 )
 
 
@@ -165,13 +204,18 @@ def _mode(value: object) -> int:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           required_if=[("state", "present", ("expires_after",))])
+                           required_if=[("state", "present", ("expires_after", "owner")), ("state", "absent", ("owner",))])
     params = dict(module.params)
+
+    def run(argv: object) -> object:
+        return module.run_command(list(argv))  # type: ignore[call-overload]
+
     try:
         params["state_mode"] = _mode(params["state_mode"])
         if params["state"] == "present":
-            result = _host_state.acquire(params, run=lambda argv: module.run_command(list(argv)),
-                                         check_mode=module.check_mode)
+            result = _host_state.acquire(params, run=run, check_mode=module.check_mode)
+        elif params["state"] == "query":
+            result = _host_state.query(params, run=run)
         else:
             result = _host_state.release(params, check_mode=module.check_mode)
     except _host_state.LockHeldError as exc:

@@ -13,30 +13,40 @@ description:
   - The A/B change vehicle. A candidate runs as the production unit itself, changed only by a transient
     drop-in under C(/run/systemd/system/<unit>.d/) that layers an env file from C(/run/llmfleet-specdec/<unit>/)
     over the unit's own C(EnvironmentFile=). Same user, limits and journal as production; a reboot forgets it.
-  - O(state=present) writes the candidate's env (0600) and the drop-in (0600) in directories of mode 0700, runs
-    C(daemon-reload), stops the unit, waits (bounded by O(port_timeout)) until no process listens on the
-    candidate's port, starts it, and waits (bounded by O(health_timeout)) until C(GET /health) answers 200
-    B(and) the socket listening on the port belongs to the unit's new C(MainPID) or to a process in the unit's
-    own control group or below it (a container run by C(podman run --cgroups=split), whose C(MainPID) is the
-    podman client). A port served from anywhere else (a container under docker's own scope, another unit) is
-    not healthy, and the message names that process and its unit. The same candidate again is
-    C(changed=false) and restarts nothing.
-  - A candidate that does not become healthy (a bad flag, a missing model, a crash, a port held by another
-    process) makes the task fail with the unit's last journal lines, after production was restored and found
-    healthy. If production does not come back either, the message says so in capitals.
-  - With O(rollback_after), O(state=present) first writes a self-contained rollback script (0700) and arms the
-    transient timer C(specdec-rollback-<unit>.timer), which performs the O(state=absent) path on the host by
-    itself unless O(state=confirmed) or O(state=absent) disarms it first. A controller that dies, an SSH link
-    that drops or a playbook killed mid-run all end with production restored. Transient units live in
-    C(/run/systemd/transient), so C(daemon-reload) does not disarm them; the timer fires at a wall-clock
-    instant (C(systemd-run --on-calendar)), because systemd re-bases C(--on-active) timers at every
-    C(daemon-reload), which would postpone the rollback.
+  - O(state=present) first checks that the candidate's port is free or held only by the unit itself (another
+    holder is waited for up to O(port_timeout) seconds, then refused, naming it, with production untouched),
+    arms the dead-man timer (see below), writes the candidate's env (0600) and the drop-in (0600) in directories of
+    mode 0700, runs C(daemon-reload), queues one C(systemctl restart) job and waits (bounded by O(health_timeout))
+    until C(GET /health) answers 200 B(and) the socket listening on the port belongs to the unit's new C(MainPID)
+    or to a process in the unit's own control group or below it (a container run by C(podman run --cgroups=split),
+    whose C(MainPID) is the podman client). A port served from anywhere else (a container under docker's own
+    scope, another unit) is not healthy, and the message names that process and its unit. The same candidate
+    again is C(changed=false) and restarts nothing.
+  - A candidate that does not become healthy (a bad flag, a missing model, a crash) makes the task fail with the
+    unit's last journal lines, after production was restored and found healthy. If production does not come back
+    either, the message says so in capitals, and the dead-man timer stays armed to try again.
+  - Production is never left to this module alone. From the first change until production (or, without
+    O(rollback_after), the candidate) answers health, something on the host brings production back by itself - the
+    dead-man timer C(specdec-rollback-<unit>.timer), armed before anything else changes, or the restart job, which
+    systemd completes without its caller. So a module killed with SIGKILL, an SSH link that drops or a controller
+    that dies, at any step, ends with production restored, at the latest when the timer fires.
+  - With O(rollback_after), the timer runs a self-contained rollback script (0700) that performs the O(state=absent)
+    path unless O(state=confirmed) or O(state=absent) disarms it first. A changed candidate re-arms it through a
+    second timer, C(specdec-rearm-<unit>.timer), armed before the first is stopped and stopped after it is armed
+    again, so no moment is without one. Without O(rollback_after), the same timer, sized O(health_timeout) +
+    O(port_timeout) + 60 s, guards the switch and is disarmed once the candidate is healthy. Transient units live in
+    C(/run/systemd/transient), so C(daemon-reload) does not disarm them; the timer fires at a wall-clock instant
+    (C(systemd-run --on-calendar)), because systemd re-bases C(--on-active) timers at every C(daemon-reload), which
+    would postpone the rollback. A timer that fires after a restore finished finds no script and is skipped.
   - O(state=confirmed) checks that the candidate is healthy and disarms the timer, keeping the candidate until
     O(state=absent) or a reboot. An unhealthy candidate is not confirmed; its timer stays armed.
-  - O(state=absent) removes exactly what O(state=present) wrote, disarms the timer, reloads, restarts, and
-    fails loudly, naming the unit and its last journal lines, if production does not come back healthy. With
-    nothing to remove it restarts nothing and only checks health. O(unit=*) does this for every unit this
-    collection left something for (playbook C(llmfleet.specdec.rollback)).
+  - O(state=absent) restores production in an order the host can finish alone from any step - production's port
+    checked (nothing changed yet), a dead-man armed if none is and an override is in place, the drop-in removed and
+    reloaded, one restart job, the health wait for production's own config (its process must not carry the
+    candidate), then the env file and the script removed and the timer disarmed last. It fails loudly, naming the
+    unit and its last journal lines, if production does not come back healthy. With nothing to remove it restarts
+    nothing and only checks health, unless O(restart=true). O(unit=*) does this for every unit this collection left
+    something for (playbook C(llmfleet.specdec.rollback)).
   - With O(exec_start) (form exec, for a hand-written unit whose command line is its configuration), the
     drop-in also carries an empty C(ExecStart=) and the candidate's whole command line, each argument quoted for
     systemd (C(%) as C(%%), C($) as C($$), quotes, backslashes and control characters escaped) so that the process
@@ -107,9 +117,19 @@ options:
     type: int
     default: 120
   port_timeout:
-    description: Seconds to wait for the port to be free of listeners after the unit stopped, before a start.
+    description:
+      - Seconds to wait, before anything changes, for a port held by a process other than the unit itself to be
+        freed (the candidate's port with O(state=present), production's with O(state=absent)); then the task fails
+        naming that process, with the unit untouched.
     type: int
     default: 30
+  restart:
+    description:
+      - With O(state=absent), restart production even when no override is in place (a fresh start, as the A/B's
+        baseline gets in every round), with the same guarantees as the restore; nothing else is restarted.
+      - Only with O(state=absent) and one unit.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -126,8 +146,8 @@ notes:
   - The deadline is wall-clock time, so a clock step on the host (NTP) moves it by as much.
   - The rollback timer runs as root, so it runs an interpreter only root can change; the module's own
     interpreter when it and every directory above it belong to root and are not group- or world-writable,
-    else C(/usr/bin/python3). If neither is, O(rollback_after) fails naming the problem (a venv owned by the
-    login user is the usual case).
+    else C(/usr/bin/python3). If neither is, O(state=present) and O(state=absent) fail naming the problem, before
+    anything changes (a venv owned by the login user is the usual case).
   - The host, port and health URL come from the unit's env (C(LLAMA_ARG_HOST), C(LLAMA_ARG_PORT); a vLLM unit's
     C(VLLM_SERVE_HOST), C(VLLM_SERVE_PORT)), after the candidate's env is layered on; a wildcard host is checked on loopback.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).
@@ -172,6 +192,13 @@ EXAMPLES = r"""
   llmfleet.specdec.unit_override:
     unit: llama-server
     state: absent
+  become: true
+
+- name: A fresh start of production (an A/B's baseline slot), with or without an override in place
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    state: absent
+    restart: true
   become: true
 
 - name: Emergency - remove every override this collection left on the host
@@ -272,6 +299,7 @@ ARGUMENT_SPEC = dict(
     rollback_after=dict(type="int"),
     health_timeout=dict(type="int", default=120),
     port_timeout=dict(type="int", default=30),
+    restart=dict(type="bool", default=False),
 )
 
 

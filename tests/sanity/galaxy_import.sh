@@ -16,7 +16,7 @@ tarball=$(ls "$tmp"/llmfleet-specdec-*.tar.gz)
 
 # What build_ignore must keep out: the demo inventory, its ansible.cfg (host key checking off), the Makefile,
 # CI, tool caches, results, benchmarks and the link back to the repository root.
-leaked=$(tar -tzf "$tarball" | grep -E '^(inventory|ansible\.cfg|Makefile|\.ci|\.venv|\.build|\.ansible|collections|results|benchmarks|tests/output)(/|$)' || true)
+leaked=$(tar -tzf "$tarball" | grep -E '^(inventory|ansible\.cfg|Makefile|\.ci|\.venv|\.build|\.ansible|\.gpu-proof|collections|results|benchmarks|tests/output)(/|$)' || true)
 if [ -n "$leaked" ]; then
   echo "galaxy_import: the tarball ships development files (add them to build_ignore in galaxy.yml):" >&2
   printf '%s\n' "$leaked" >&2

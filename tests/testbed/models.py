@@ -5,6 +5,8 @@ Every tensor is drawn from its own numpy generator seeded by ``sha256(seed, tens
 so a 2-layer model and a 4-layer model with the same seed share their embeddings, output
 head and first two blocks exactly: that is how a draft is "an exact copy of the target's
 embeddings, output and first layers". The same spec always gives the same bytes.
+``ModelSpec(weights="tiled")`` keeps that sharing but reads every tensor from one pool of normal
+draws at an offset its name picks, about ten times cheaper: for gigabyte-sized shapes (tests/gpu).
 
 Acceptance knob (``write_pair``): the target's blocks from ``shared_layers`` on have their
 output projections (``attn_output`` and ``ffn_down``) multiplied by ``s``; the draft is the
@@ -135,6 +137,9 @@ class ModelSpec:
     # "f32" keeps batched and single-token decoding numerically close (see the module docstring);
     # "q8_0"/"q4_0": a quant rung of the same weights, quantized with gguf's own quantizers (_QUANT)
     matrix_type: str = "f32"
+    # "normal": every tensor drawn from its own generator (the default, and the bytes every cached model has);
+    # "tiled": windows of one shared pool of normal draws (see _tiled), ~10x cheaper, for gigabyte-sized shapes
+    weights: str = "normal"
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -246,6 +251,38 @@ def _normal(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndar
     return (_rng(seed, name).standard_normal(shape) * std).astype(np.float32)
 
 
+# A prime number of draws, so that the rows of a tiled matrix (windows cols apart) are never the same window.
+_POOL = 1_048_573
+
+
+@lru_cache(maxsize=2)
+def _pool(seed: int) -> np.ndarray:
+    return _rng(seed, "/pool").standard_normal(_POOL).astype(np.float32)
+
+
+def _tiled(seed: int, name: str, shape: tuple[int, ...], std: float, dtype: Any = np.float32) -> np.ndarray:
+    """The same law as _normal, cheaply: the tensor is the shared pool read from an offset that the tensor's
+    name picks, wrapping around, scaled and stored as ``dtype`` in one pass. Same seed and name, same values,
+    whatever else the model holds, so a draft still shares its tensors with its target exactly."""
+    n = int(np.prod(shape))
+    pos = int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") % _POOL
+    pool = _pool(seed)
+    out = np.empty(n, dtype=dtype)
+    done = 0
+    while done < n:
+        take = min(n - done, _POOL - pos)
+        np.multiply(pool[pos:pos + take], np.float32(std), out=out[done:done + take], casting="unsafe")
+        done += take
+        pos = 0
+    return out.reshape(shape)
+
+
+def _draw(spec: ModelSpec, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
+    if spec.weights == "tiled":
+        return _tiled(spec.seed, name, shape, std)
+    return _normal(spec.seed, name, shape, std)
+
+
 def _head_kv(spec: ModelSpec, layer: int) -> int:
     if isinstance(spec.n_head_kv, int):
         return spec.n_head_kv
@@ -269,9 +306,12 @@ class _Tensors:
                noise: float = 0.0) -> None:
         """A (rows x cols) numpy matrix = ggml ne {cols, rows}, stored as the spec's matrix_type."""
         std = std if std is not None else 1.0 / np.sqrt(cols)
-        w = _normal(self.spec.seed, name, (rows, cols), std)
+        if self.spec.weights == "tiled" and not noise:  # one pass straight into the stored type
+            self.items.append((name, _tiled(self.spec.seed, name, (rows, cols), std * scale, self.dtype)))
+            return
+        w = _draw(self.spec, name, (rows, cols), std)
         if noise:
-            w = w + _normal(self.spec.seed, name + "/noise", (rows, cols), std) * noise
+            w = w + _draw(self.spec, name + "/noise", (rows, cols), std) * noise
         self.items.append((name, (w * scale).astype(self.dtype)))
 
     def vector(self, name: str, n: int, value: float = 1.0) -> None:
@@ -328,10 +368,10 @@ def _add_nextn(t: _Tensors, spec: ModelSpec, i: int) -> None:
 
 def _add_head(t: _Tensors, spec: ModelSpec, tok: Tokenizer) -> None:
     n_vocab = len(tok.tokens)
-    t.raw("token_embd.weight", _normal(spec.seed, "token_embd.weight", (n_vocab, spec.n_embd), _EMBD_STD)
+    t.raw("token_embd.weight", _draw(spec, "token_embd.weight", (n_vocab, spec.n_embd), _EMBD_STD)
           .astype(np.float16))
     t.vector("output_norm.weight", spec.n_embd)
-    out = _normal(spec.seed, "output.weight", (n_vocab, spec.n_embd), _OUTPUT_STD)
+    out = _draw(spec, "output.weight", (n_vocab, spec.n_embd), _OUTPUT_STD)
     # never generated: control tokens (no early end) and bytes outside printable ASCII (texts stay valid UTF-8)
     silent = [b for b in range(256) if not (0x20 <= b < 0x7F or b == 0x0A)] + [tok.bos_id, tok.eos_id]
     out[silent, :] = 0.0
@@ -476,6 +516,8 @@ def _check_spec(spec: ModelSpec) -> None:
                          f"for {spec.n_layer} layers")
     if spec.matrix_type not in ("f32", "f16", *_QUANT):
         raise ValueError(f"matrix_type={spec.matrix_type!r}: use 'f32', 'f16', 'q8_0' or 'q4_0'")
+    if spec.weights not in ("normal", "tiled"):
+        raise ValueError(f"weights={spec.weights!r}: use 'normal' or 'tiled'")
     if not 0 <= spec.nextn_layers <= spec.n_layer:
         raise ValueError(f"nextn_layers={spec.nextn_layers} must lie within 0..n_layer={spec.n_layer}")
 

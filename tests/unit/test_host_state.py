@@ -29,8 +29,9 @@ def not_armed(argv: Any) -> tuple[int, str, str]:
 
 
 def armed(argv: Any) -> tuple[int, str, str]:
-    assert list(argv) == ["systemctl", "is-active", "specdec-rollback-llama-server.timer"]
-    return 0, "active\n", ""
+    assert list(argv) == ["systemctl", "is-active", "specdec-rollback-llama-server.timer",
+                          "specdec-rearm-llama-server.timer"]
+    return 0, "active\ninactive\n", ""
 
 
 class Clock:
@@ -54,10 +55,10 @@ def params(tmp_path: Path, run_id: str, **kw: Any) -> Dict[str, Any]:
 
 
 def take(tmp_path: Path, run_id: str, clock: Clock | None = None, run: Any = not_armed, check: bool = False,
-         hostname: str = "the-host", **kw: Any) -> Dict[str, Any]:
+         proc: str = "/proc", **kw: Any) -> Dict[str, Any]:
     clock = clock or Clock()
     return hs.acquire(params(tmp_path, run_id, **kw), run=run, check_mode=check, now=clock.now, sleep=clock.sleep,
-                      hostname=hostname)
+                      proc=proc)
 
 
 def lock_file(tmp_path: Path) -> Path:
@@ -117,7 +118,7 @@ def test_a_waiting_run_gets_the_lock_once_the_holder_releases_it(tmp_path: Path)
         hs.release(params(tmp_path, "run-1"), check_mode=False)
 
     out = hs.acquire(params(tmp_path, "run-2", wait=60), run=not_armed, check_mode=False, now=clock.now,
-                     sleep=sleep_then_release, hostname="h")
+                     sleep=sleep_then_release)
     assert out["lock"]["run_id"] == "run-2" and out["waited"] == 0 and out["taken_over"] is None
 
 
@@ -154,25 +155,117 @@ def test_an_expired_lock_is_kept_while_the_dead_man_is_still_armed(tmp_path: Pat
         take(tmp_path, "run-2", Clock(T0 + 1001), run=armed)
 
 
+def test_the_dead_man_and_its_bridge_both_count_as_armed() -> None:
+    def bridge_only(argv: Any) -> tuple[int, str, str]:
+        assert list(argv)[2:] == ["specdec-rollback-llama-server.timer", "specdec-rearm-llama-server.timer"]
+        return 0, "inactive\nactive\n", ""
+    assert hs.timer_armed("llama-server", bridge_only) and not hs.timer_armed("llama-server", not_armed)
+
+
 def test_a_lock_not_yet_expired_is_not_stale(tmp_path: Path) -> None:
     take(tmp_path, "run-1")
     with pytest.raises(hs.LockHeldError):
         take(tmp_path, "run-2", Clock(T0 + 999))
 
 
-def test_a_lock_of_a_gone_process_on_this_machine_is_taken_over_at_once(tmp_path: Path) -> None:
-    child = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
-    child.start()
-    child.join()  # a real pid that no longer exists
-    take(tmp_path, "run-1", owner={"run_id": "run-1", "controller": "this-box", "pid": child.pid})
-    out = take(tmp_path, "run-2", Clock(T0 + 1), hostname="this-box")
-    assert out["taken_over"]["why"] == f"its controller process {child.pid} on this machine is gone"
+def _proc(tmp_path: Path, boot: str = "boot-a", ns: str = "pid:[4026531836]", procs: Dict[int, int] | None = None) -> str:
+    """A /proc with a boot id, a pid namespace and processes (pid -> start ticks)."""
+    proc = tmp_path / "proc"
+    (proc / "sys" / "kernel" / "random").mkdir(parents=True, exist_ok=True)
+    (proc / "sys" / "kernel" / "random" / "boot_id").write_text(boot + "\n")
+    (proc / "self" / "ns").mkdir(parents=True, exist_ok=True)
+    if not (proc / "self" / "ns" / "pid").is_symlink():
+        os.symlink(ns, proc / "self" / "ns" / "pid")
+    for pid, start in (procs or {}).items():
+        (proc / str(pid)).mkdir(exist_ok=True)
+        (proc / str(pid) / "stat").write_text(f"{pid} (ansible-playboo) S 1 " + " ".join(["0"] * 17) + f" {start} 0\n")
+    return str(proc)
 
 
-def test_a_live_process_on_this_machine_keeps_its_lock(tmp_path: Path) -> None:
-    take(tmp_path, "run-1", owner={"run_id": "run-1", "controller": "this-box", "pid": os.getpid()})
+def _holder(pid: int = 4242, start: int = 777, boot: str = "boot-a", ns: str = "pid:[4026531836]") -> Dict[str, Any]:
+    return {"run_id": "run-1", "controller": "ctl-a", "pid": pid, "boot_id": boot, "pid_ns": ns, "start_ticks": start}
+
+
+@pytest.mark.parametrize("procs, why", [
+    ({}, "its controller process 4242 is gone (same boot, same pid namespace)"),
+    ({4242: 999}, "its controller's pid 4242 now belongs to a later process (started at tick 999, not 777)"),
+])
+def test_a_provably_gone_holder_is_taken_over_at_once(tmp_path: Path, procs: Dict[int, int], why: str) -> None:
+    proc = _proc(tmp_path, procs=procs)
+    take(tmp_path, "run-1", owner=_holder())
+    out = take(tmp_path, "run-2", Clock(T0 + 1), proc=proc)
+    assert out["taken_over"]["why"] == why + ", and the unit's dead-man timer is not armed"
+
+
+@pytest.mark.parametrize("case", ["alive", "other boot", "other pid namespace", "no identity", "dead-man armed"])
+def test_a_holder_that_cannot_be_proved_gone_keeps_its_lock(tmp_path: Path, case: str) -> None:
+    # the same host name means nothing: a controller container shares it with its siblings
+    proc = _proc(tmp_path, procs={4242: 777} if case == "alive" else {})
+    owner = {"alive": _holder(), "other boot": _holder(boot="boot-b"),
+             "other pid namespace": _holder(ns="pid:[4026532000]"), "dead-man armed": _holder(),
+             "no identity": {"run_id": "run-1", "controller": "ctl-a", "pid": 4242}}[case]
+    take(tmp_path, "run-1", owner=owner)
     with pytest.raises(hs.LockHeldError):
-        take(tmp_path, "run-2", Clock(T0 + 1), hostname="this-box")
+        take(tmp_path, "run-2", Clock(T0 + 1), proc=proc, run=armed if case == "dead-man armed" else not_armed)
+
+
+def test_a_leftover_temporary_file_never_blocks_and_every_wait_is_bounded(tmp_path: Path) -> None:
+    # a writer killed between creating its temporary file and linking it, under any name the old code used
+    (tmp_path / "state" / "locks").mkdir(parents=True)
+    for name in (f"llama-server.json.{os.getpid()}.tmp", ".llama-server.json.abc123.tmp"):
+        (tmp_path / "state" / "locks" / name).write_text("{}")
+    out = take(tmp_path, "run-1")
+    assert out["changed"] and sorted(p.name for p in (tmp_path / "state" / "locks").iterdir()) == [
+        "llama-server.guard", "llama-server.json"]
+
+
+def test_a_guard_held_by_a_stuck_process_is_named_not_waited_for_forever(tmp_path: Path) -> None:
+    import fcntl
+    take(tmp_path, "run-1")
+    guard = tmp_path / "state" / "locks" / "llama-server.guard"
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+
+    def hold() -> None:
+        fd = os.open(guard, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        ready.set()
+        done.wait(60)
+
+    holder = ctx.Process(target=hold)
+    holder.start()
+    try:
+        ready.wait(30)
+        clock = Clock()
+        with pytest.raises(SpecdecError, match=r"llama-server\.guard has been held by another process for more than 30 s"):
+            take(tmp_path, "run-2", clock, wait=600)
+        assert 30 <= sum(clock.slept) < 31
+    finally:
+        done.set()
+        holder.join(30)
+
+
+def test_query_changes_nothing_and_says_who_holds_the_unit(tmp_path: Path) -> None:
+    q = {"unit": "llama-server", "state_dir": str(tmp_path / "state")}
+    run_dir = tmp_path / "run"
+    free = hs.query(q, run=not_armed, now=lambda: T0, run_dir=str(run_dir))
+    assert free["held"] is False and free["holder"] is None and free["why"] is None and not free["override_live"]
+    assert not (tmp_path / "state").exists()
+    take(tmp_path, "run-1")
+    before = lock_file(tmp_path).read_bytes()
+    held = hs.query(q, run=not_armed, now=lambda: T0 + 5, run_dir=str(run_dir))
+    assert held["held"] and not held["stale"] and held["holder"]["run_id"] == "run-1"
+    assert "held by run run-1 from controller ctl-a" in held["why"]
+    stale = hs.query(q, run=not_armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
+    assert not stale["held"] and stale["stale"] and "expired at" in stale["why"]
+    armed_stale = hs.query(q, run=armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
+    assert armed_stale["held"] and armed_stale["override_live"]
+    dropin = run_dir / "systemd" / "system" / "llama-server.service.d" / "50-llmfleet-specdec.conf"
+    dropin.parent.mkdir(parents=True)
+    dropin.write_text("[Service]\n")
+    live = hs.query(q, run=not_armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
+    assert live["override_live"] and live["override"] == [f"drop-in {dropin}"]
+    assert lock_file(tmp_path).read_bytes() == before
 
 
 def test_a_lock_file_that_is_not_a_record_is_replaced(tmp_path: Path) -> None:
@@ -297,5 +390,66 @@ def test_the_last_run_of_a_history_and_a_bad_one() -> None:
 def test_the_owner_filter_names_this_controller_and_its_parent_process() -> None:
     owner = hs_filter.ab_lock_owner("20261130T100000Z")
     assert owner["pid"] == os.getppid() and owner["controller"]
+    assert owner["start_ticks"] == hs.process_start(os.getppid()) and owner["boot_id"] and owner["pid_ns"]
+    # two runs in the same second get two ids (and so two folders and two history lines)
+    ids = {hs_filter.ab_lock_owner("20261130T100000Z")["run_id"] for _dummy in range(50)}
+    assert len(ids) == 50 and all(i.startswith("20261130T100000Z-") for i in ids)
+    assert hs_filter.ab_lock_owner("r-1", unique=False)["run_id"] == "r-1"
     with pytest.raises(AnsibleFilterError):
         hs_filter.ab_lock_owner("a/b")
+
+
+# ------------------------------------------------------------------ the history under its lock, per unit
+
+
+def test_history_lines_are_kept_per_unit_under_a_lock_and_private(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    a = hs.add_history(state, "llama-server", {"run_id": "r-1", "recommendation": "draft"}, check_mode=False)
+    b = hs.add_history(state, "llama-alt.service", {"run_id": "r-2", "recommendation": None}, check_mode=False)
+    again = hs.add_history(state, "llama-server", {"run_id": "r-1", "recommendation": "draft"}, check_mode=False)
+    assert a["changed"] and b["changed"] and not again["changed"]
+    path = tmp_path / "state" / "history.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["unit"], line["run_id"]) for line in lines] == [("llama-server.service", "r-1"), ("llama-alt.service", "r-2")]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    text = path.read_text()
+    assert hs_filter.ab_history_last(text, "h", "llama-server") == "r-1"
+    assert hs_filter.ab_history_last(text, "h", "llama-alt") == "r-2" and hs_filter.ab_history_last(text) == "r-2"
+    with pytest.raises(SpecdecError, match="run_id"):
+        hs.add_history(state, "llama-server", {"run_id": "../x"}, check_mode=False)
+
+
+def _add_many(state: str, unit: str, start: Any) -> None:
+    start.wait()
+    for i in range(20):
+        hs.add_history(state, unit, {"run_id": f"{unit}-{i}"}, check_mode=False)
+
+
+def test_two_runs_finishing_at_once_never_lose_each_others_lines(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    hs.add_history(state, "u0", {"run_id": "first"}, check_mode=False)
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_add_many, args=(state, f"u{i}", start)) for i in range(1, 4)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+    lines = (tmp_path / "state" / "history.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 3 * 20 and len(set(lines)) == len(lines)
+
+
+def test_the_dead_man_is_sized_from_the_plan_and_a_slot_that_cannot_fit_is_refused() -> None:
+    configs = [{"name": "baseline"}, {"name": "draft"}, {"name": "slow"}]
+    plan = hs_filter.ab_dead_man(configs, "baseline", {"slow": 1000, "baseline": 1200}, 900, 120, 3600)
+    assert plan["per_config"] == {"draft": 900, "slow": 1500}  # 1000 s expected x 1.5
+    assert plan["longest"] == 1800 and plan["lock_expires_after"] == 1800 + 120 + 60  # the baseline's slot counts
+    with pytest.raises(AnsibleFilterError, match=r"slow \(expected 3000 s of load and measurement, x1.5 = 4500 s\)"):
+        hs_filter.ab_dead_man(configs, "baseline", {"slow": 3000}, 900, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="configs the run does not have: typo"):
+        hs_filter.ab_dead_man(configs, "baseline", {"typo": 10}, 900, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="must be longer than health_timeout"):
+        hs_filter.ab_dead_man(configs, "baseline", {}, 100, 120, 3600)
+    with pytest.raises(AnsibleFilterError, match="not a number of seconds"):
+        hs_filter.ab_dead_man(configs, "baseline", {"slow": "soon"}, 900, 120, 3600)

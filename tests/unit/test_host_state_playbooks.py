@@ -49,6 +49,11 @@ def test_report_partial_reports_from_the_hosts_partial_results_when_the_controll
     report = json.loads((local / "report.json").read_text())
     assert report["run_id"] == RUN_ID and "the controller stopped after 8 of 12 planned" in report["run_error"]
     assert (local / "partial.json").read_bytes() == (host_state / "runs" / RUN_ID / "partial.json").read_bytes()
+    # prompts and model output: private on the controller as on the host
+    private = [local, *local.iterdir(), results / "specdec-demo" / "history.jsonl", host_state / "history.jsonl"]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in private}
+    assert modes["partial.json"] == modes["report.json"] == modes["report.md"] == modes["history.jsonl"] == 0o600, modes
+    assert modes[RUN_ID] == 0o700, modes
     # the report and its history line went back to the host
     assert json.loads((host_state / "runs" / RUN_ID / "report.json").read_text()) == report
     history = [json.loads(line) for line in (host_state / "history.jsonl").read_text().splitlines()]
@@ -96,3 +101,31 @@ def test_playbooks_that_change_hosts_refuse_the_whole_inventory(pb: str) -> None
     assert "frank-dragoon, frank-zealot" in proc.stdout  # the message names the hosts it would have run on
     if "build" not in pb and "deploy" not in pb:  # those default to the group fleet, without the demo host
         assert "specdec-demo" in proc.stdout  # the local demo host is not run on silently either
+
+
+def test_require_unit_free_refuses_naming_the_holder_and_specdec_force_goes_ahead(tmp_path: Path) -> None:
+    """playbooks/tasks/require_unit_free.yml (deploy, build and promote include it): an A/B's lock stops the host
+    before anything changes, naming the run; -e specdec_force=true goes ahead; a dead run's lock does not count."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs
+
+    state = tmp_path / "state"
+    hs.acquire({"unit": "llama-server", "state_dir": str(state), "expires_after": 3600, "state_mode": 0o700,
+                "owner": {"run_id": "20261130T120000Z-a1b2c3", "controller": "ctl-7", "pid": 4242}},
+               run=lambda argv: (3, "inactive\n", ""), check_mode=False)
+    book = tmp_path / "busy.yml"
+    book.write_text(f"""---
+- hosts: specdec-demo
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_tasks: {ROOT}/playbooks/tasks/require_unit_free.yml
+    - ansible.builtin.debug:
+        msg: WENT AHEAD
+""")
+    refused = playbook(str(book), "-e", f"specdec_state_dir={state}")
+    assert refused.returncode != 0 and "WENT AHEAD" not in refused.stdout
+    assert "llama-server.service on specdec-demo is busy: held by run 20261130T120000Z-a1b2c3 from controller ctl-7" in (
+        refused.stdout.replace("\\n", " "))
+    forced = playbook(str(book), "-e", f"specdec_state_dir={state}", "-e", "specdec_force=true")
+    assert forced.returncode == 0 and "WENT AHEAD" in forced.stdout and "specdec_force=true: going ahead" in forced.stdout
+    lock = json.loads((state / "locks" / "llama-server.json").read_text())
+    assert lock["run_id"] == "20261130T120000Z-a1b2c3"  # a query never takes or changes the lock

@@ -222,6 +222,7 @@ def test_timer_command_arms_a_wall_clock_deadline() -> None:
         "--timer-property=AccuracySec=1s",
         "--property=Type=oneshot",
         "--property=TimeoutStartSec=180",
+        "--property=ConditionPathExists=/run/llmfleet-specdec/llama-server.service/rollback.py",
         "/usr/bin/python3",
         "/run/llmfleet-specdec/llama-server.service/rollback.py",
     ]
@@ -571,16 +572,24 @@ def test_written_files_are_private(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["f.env"]
 
 
-def test_a_port_held_by_another_process_is_named(tmp_path: Path) -> None:
+def test_a_port_held_by_another_process_is_named_before_anything_changes(tmp_path: Path) -> None:
     host = FakeHost(_production(tmp_path))
     squatter = {"fds": ["socket:[31337]"], "comm": "python3", "cmdline": ["python3", "-m", "http.server", "8080"]}
     manager = _manager(tmp_path, host, {4242: squatter}, port_timeout=3)
+    config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
     with pytest.raises(uo.PortBusyError) as info:
-        manager.wait_port_free("llama-server.service", 8080)
+        manager.present("llama-server.service", config, 600)
     msg = str(info.value)
-    assert "port 8080 is still held by pid 4242 (python3" in msg and "http.server 8080" in msg
-    assert "3 s after llama-server.service stopped" in msg
+    assert "port 8080, which the candidate listens on, is held by pid 4242 (python3" in msg and "http.server 8080" in msg
+    assert "nothing was changed" in msg
     assert info.value.details["port_owners"] == [4242]
+    assert host.changing_calls() == [] and not (tmp_path / "run").exists()
+    # the unit's own process on the port is no obstacle: its restart frees it
+    (tmp_path / "b").mkdir()
+    host = FakeHost(_production(tmp_path / "b", pid=4242))
+    manager = _manager(tmp_path / "b", host, {4242: squatter}, port_timeout=3)
+    manager.require_port("llama-server.service", 8080, manager.unit_info("llama-server.service"), what="production")
+    assert host.changing_calls() == []
 
 
 def test_wait_healthy_wants_the_units_own_new_pid(tmp_path: Path) -> None:
@@ -637,6 +646,8 @@ def _refusing_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
     ({"unit": "*", "state": "present", "env": {"A": "1"}}, "only goes with state=absent"),
     ({"unit": "a b", "state": "absent"}, "not a service name"),
     ({"unit": "llama-server", "state": "present"}, "give env"),
+    ({"unit": "llama-server", "state": "present", "env": {"A": "1"}, "restart": True}, "restart=true goes with state=absent"),
+    ({"unit": "*", "state": "absent", "restart": True}, "restart=true needs one unit"),
 ])
 def test_bad_input_fails_before_touching_the_host(params: Dict[str, Any], match: str) -> None:
     with pytest.raises(SpecdecError, match=match):
@@ -733,3 +744,28 @@ def test_roots_own_interpreter_is_kept() -> None:
     safe = os.path.realpath("/bin/sh")
     assert sd.writable_by_others(safe) is None
     assert sd.rollback_interpreter(safe, fallback="/nonexistent/python3") == safe
+
+
+def test_a_fresh_baseline_start_restarts_production_with_nothing_in_place(tmp_path: Path) -> None:
+    """C2: absent with restart=true restarts production (one restart job, no stop-then-start) and checks it."""
+    import crash_matrix as cm
+
+    cm.install()
+    host = cm.Host(tmp_path / "h")
+    try:
+        before = host.fake.state()["units"][cm.UNIT]["pid"]
+        plain = host.manager().absent(cm.UNIT)
+        assert plain["changed"] is False and plain["restarted"] is False and plain["main_pid"] == before
+        fresh = host.manager().absent(cm.UNIT, restart=True)
+        assert fresh["changed"] is True and fresh["restarted"] is True and fresh["main_pid"] != before
+        assert host.serves_production() and host.leftovers() == []
+        calls = [c for c in host.fake.state()["calls"] if c[:2] == ["systemctl", "restart"]]
+        assert calls == [["systemctl", "restart", "--no-block", cm.UNIT]]
+        assert not [c for c in host.fake.state()["calls"] if c[:2] in (["systemctl", "stop"], ["systemctl", "start"])]
+        # a busy production port is refused before anything changes, naming the holder
+        squatter = host.fake.squat(host.servers[cm.UNIT].port)
+        host.fake.run(["systemctl", "stop", cm.UNIT])
+        with pytest.raises(uo.PortBusyError, match=f"is held by pid {squatter} .*nothing was changed"):
+            host.manager().absent(cm.UNIT, restart=True)
+    finally:
+        host.close()

@@ -86,8 +86,8 @@ def test_the_candidates_endpoint_comes_from_its_command_line(tmp_path: Path) -> 
     result = manager.present("llama-server.service", envfile.EnvConfig((), ()), None, es.check_exec_start(moved))
     assert result["port"] == 8099
     # production's restore URL is its own command line's, not the env's default
-    assert manager.production_endpoint(sd.override_paths("llama-server.service", manager.run_dir)) == \
-        ("127.0.0.1", 8080)
+    paths = sd.override_paths("llama-server.service", manager.run_dir)
+    assert manager.production_endpoint(paths, {"LLAMA_ARG_PORT": "9999"}) == ("127.0.0.1", 8080)
 
 
 @pytest.mark.parametrize("argv, prefix, match", [
