@@ -32,9 +32,10 @@ runtime ``-e`` options instead), ``env`` the server's environment and ``argv`` t
 the preflight lints ``env`` with ``argv`` as flags. Both forms also give ``form``, ``exec_start`` (None in form
 ``env``), ``exec_prefix``, ``server_config`` (what the config changes, in the env vocabulary the report and the
 judge read), ``effective_env`` (every llama-server option as its ``LLAMA_ARG_*``, for the quality and model
-checks) and ``refused``: the settings the server would silently ignore (``_unit_command.outranked``: in form
-``env`` a variable whose flag is on production's command line; in both forms a config that sets one option as
-a variable and as a flag), each naming the flag.
+checks), ``host_env`` / ``host_argv`` (``env`` and ``argv`` with a container's paths as the host sees them
+through its bind mounts: what the preflight reads on the host) and ``refused``: the settings the server would
+silently ignore (``_unit_command.outranked``: in form ``env`` a variable whose flag is on production's command
+line; in both forms a config that sets one option as a variable and as a flag), each naming the flag.
 """
 from __future__ import annotations
 
@@ -193,6 +194,8 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         "exec_prefix": "",
         "server_config": dict(override),
         "effective_env": dict(process_env),
+        "host_env": dict(process_env),
+        "host_argv": list(argv),
         "refused": refused,
     }
 
@@ -213,6 +216,7 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
     except uc.CommandError as exc:
         raise RenderError(str(exc)) from None
     kept: Dict[str, str | None] = dict(applied["env"])
+    volumes = list((unit.get("container") or {}).get("volumes") or [])
     if applied["container_env"] is not None:
         process_env = dict(applied["container_env"])
     else:
@@ -237,7 +241,11 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
         "exec_start": list(applied["argv"]),
         "exec_prefix": str(unit.get("exec_prefix") or ""),
         "server_config": _settings(override, tokens, backend),
-        "effective_env": _effective_env(process_env, applied["server_args"], backend),
+        # a container's paths as the host sees them (its bind mounts): what the preflight reads on the host
+        "effective_env": {k: uc.host_path(v, volumes) for k, v in
+                          _effective_env(process_env, applied["server_args"], backend).items()},
+        "host_env": {k: uc.host_path(v, volumes) for k, v in process_env.items()},
+        "host_argv": [uc.host_path(a, volumes) for a in applied["server_args"]],
         "refused": refused,
     }
 

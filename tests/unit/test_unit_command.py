@@ -246,3 +246,15 @@ def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
     assert [f["kind"] for f in exec_watch(quiet, evidence, both)["findings"]] == ["live-config-differs"]
     during_ab = dict(quiet, findings=[{"kind": "ab-in-progress", "severity": "info"}])
     assert exec_watch(during_ab, evidence, both) == during_ab
+
+
+def test_a_containers_paths_are_read_on_the_host_through_its_bind_mounts() -> None:
+    argv = ["/usr/bin/podman", "run", "-v", "/srv/models:/models:ro", "--mount", "type=bind,src=/srv/d,dst=/models/d",
+            "-v", "cache:/cache", "-p", "8080:8080", "img", "-m", "/models/t.gguf", "-md", "/models/d/x.gguf"]
+    unit = unit_of(argv)
+    assert unit["container"]["volumes"] == [["/srv/models", "/models"], ["/srv/d", "/models/d"]]
+    r = render_candidate({}, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "4"}, [], "c", unit=unit)
+    assert r["argv"][:4] == ["-m", "/models/t.gguf", "-md", "/models/d/x.gguf"]  # what the server gets
+    assert r["host_argv"][:4] == ["-m", "/srv/models/t.gguf", "-md", "/srv/d/x.gguf"]  # what the host reads
+    assert r["effective_env"]["LLAMA_ARG_MODEL"] == "/srv/models/t.gguf"
+    assert uc.host_path("/modelsX/a", [["/srv", "/models"]]) == "/modelsX/a"
