@@ -286,12 +286,18 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
         expanded = command.argv
     else:
         expansion = es.expand_argv(command.argv, env)
-        if expansion.unset or expansion.bad:
-            names = ", ".join("$" + n for n in expansion.unset + expansion.bad)
+        if expansion.bad:
+            word = expansion.bad[0]
+            raise UnitReadError(
+                f"{unit}: ExecStart= ({where}) has the word ${word}, which systemd reads as one variable named "
+                f"{word!r} (not a valid name), so it drops the whole word; write ${{{word.split('/')[0]}}}... with "
+                "braces where a variable is part of a word, or write the value out")
+        if expansion.unset:
+            names = ", ".join("$" + n for n in expansion.unset)
             raise UnitReadError(
                 f"{unit}: ExecStart= ({where}) uses {names}, which the unit's Environment= and EnvironmentFile= do "
-                "not set (systemd would substitute nothing, or drop the word); set it in the unit's environment, "
-                "or write the value on the ExecStart= line")
+                "not set (systemd would substitute nothing); set it in the unit's environment, or write the value "
+                "on the ExecStart= line")
         expanded = expansion.argv
     systemd_view = _show_exec_start(shown.get("ExecStart", []))
     if systemd_view:
