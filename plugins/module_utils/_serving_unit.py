@@ -299,8 +299,10 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                 "not set (systemd would substitute nothing); set it in the unit's environment, or write the value "
                 "on the ExecStart= line")
         expanded = expansion.argv
+    # systemd's own parse of the same files, when it has loaded exactly them (not with the A/B's drop-in loaded,
+    # whose ExecStart= it would show, nor with files changed since its last reload)
     systemd_view = _show_exec_start(shown.get("ExecStart", []))
-    if systemd_view:
+    if systemd_view and ab_dropin not in dropins and first["NeedDaemonReload"] != "yes":
         path_shown, argv_shown = systemd_view[-1]
         if argv_shown != " ".join(command.argv) and _words(argv_shown) != list(command.argv):
             raise UnitReadError(

@@ -141,3 +141,13 @@ def test_the_module_is_read_only_and_fails_for_a_required_unit(monkeypatch: pyte
         serving_unit_info.main()
     out = json.loads(capsys.readouterr().out)
     assert out["changed"] is False and out["serving_unit"]["installed"] is False
+
+
+def test_systemd_is_not_asked_while_the_ab_drop_in_or_unreloaded_files_are_loaded(tmp_path: Path) -> None:
+    # systemctl show then has the candidate's (or the old) ExecStart=: the files are the truth, read as production
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab.parent.mkdir(parents=True)
+    ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a --spec-draft-n-max 1\n")
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /a --spec-draft-n-max 1")
+    systemd.dropins.append(str(ab))
+    assert read(tmp_path, systemd)["argv"] == [LLAMA, "-m", "/a"]
