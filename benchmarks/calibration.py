@@ -1,27 +1,34 @@
 #!/usr/bin/env python3
-"""Calibration of the A/B verdicts: how often an identical config is called different, and how often a
-real win is called a win.
+"""Calibration of the A/B verdicts, counted per run: the family-wise false-WIN rate, the false-recommendation
+rate, the power, and the server starts the sequential design uses.
 
-Every *run* has the protocol's shape: rounds x configs, the order rotated per round, each config on its own
-server start in every round (a real llama-server started by tests/testbed/server.py, not through systemd,
-so a run costs seconds to minutes), every shape measured by the project's own spec_bench code path
-(``_endpoint.run_bench``), the run judged by ``_judge.judge``. Two test beds:
+Two parts.
 
-- ``tiny``: the demo models (1.5 MB target), configs ``baseline`` and ``twin``;
-- ``win``: the memory-bound 413 MB F16 target of ``testbed.models.WIN_SET`` with its exact one-layer
-  draft, configs ``baseline``, ``twin``, ``draft-n4`` (draft-simple, depth 4: the ground truth says
-  faster) and ``noisy-n8`` (a noisy draft at depth 8: the ground truth says slower).
+**Simulation** (``--sim-runs``, thousands of runs in minutes): the project's own method (``_design.sequential``,
+the code the report and the role's look run) on simulated rounds. Per (config, round) every shape's mean log
+rate is the config's true log speedup on that shape, plus the start's own offset (normal, sigma 0.02 / 0.05 /
+0.10: the spread between server starts of one config's round mean log rate), plus a little per-shape noise
+(sigma / 4). The endpoint is the time-weighted traffic mix of those shapes, as ``_confirm.cells`` forms it:
+equal weights over four shapes (no mix declared) or a declared mix {prose 0.7, echo 0.3}. Each round measures
+the baseline and the candidates the last look kept, so the starts counted are the starts a real run makes.
+Scenarios (4 or 5 candidates beside the baseline):
 
-The ``twin`` is the baseline again under another name, with a harmless environment difference
-(``SPECDEC_TWIN=1``), so it gets its own server start like any other config: whatever it is called
-other than "no difference" is a false call. The table prints, per bed and config: runs, shape verdicts,
-the share called "no difference" / win / loss, for the calibrated method (t-interval over rounds) and,
-on the same data, the old percentile bootstrap over requests.
+- ``null``: 4 null twins. Any WIN is a false WIN; any recommendation a false one.
+- ``one 1.10x``: 4 nulls and one true 1.10x (the issue's case): a recommendation naming a null is false.
+- ``one 1.2x``, ``one 2x``: 3 nulls and one true effect: power (that one called WIN), false WINs among the nulls.
 
-Ground truth comes from outside the protocol: each win-bed config served once and measured with many
-requests (``--truth-requests``), the ratio of the mean log rates.
+**Real servers** (``--tiny-runs``, ``--win-runs``, ``--predict-rounds``): a real llama-server (tests/testbed) on
+the *real role's schedule*: the plan of filter ``ab_schedule`` (every config, the baseline included, on a fresh
+start per round, in the seeded order), each round's slots from ``ab_round`` for the configs the last look kept,
+and the look after each round from ``ab_look`` (the same ``_judge`` the report uses); each slot starts its own
+server, as ``unit_override`` restarts the unit, and measures with spec_bench's code path (``_endpoint.run_bench``).
+The tiny bed runs 4 null twins beside the baseline (family-wise false WIN per run, and the pooled start-to-start
+noise the simulation assumes); the win bed a draft at depth 4 (a true ~1.4-2x) and the same server slowed by a
+second thread on a shared machine (a true effect below 1); the prediction run times the verification of K + 1
+tokens within the baseline's own start and the drafter probe's, for draft-simple at K 2, 4 and 8.
 
-Run: make benchmark-calibration   (needs the llama-server build and writes the win bed once into the cache)
+Run: make benchmark-calibration   (needs the llama-server build; writes the win bed once into the cache)
+     python benchmarks/calibration.py --sim-runs 2000 --tiny-runs 0 --win-runs 0 --predict-rounds 0
 """
 from __future__ import annotations
 
@@ -29,43 +36,130 @@ import argparse
 import json
 import math
 import os
-import statistics
+import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _shapes, _stats
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
-from testbed import models
-from testbed.server import LlamaServer
+from ansible_collections.llmfleet.specdec.plugins.filter import ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design, _judge
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
-SHAPES = list(_shapes.SHAPES)  # every shape, in the one order
-TWIN_ENV = {"SPECDEC_TWIN": "1"}
+SIM_SHAPES = ("prose", "echo", "structured", "identity")
+DECLARED_MIX = {"prose": 0.7, "echo": 0.3}
+FIXED_ROUNDS_TODAY = 3  # the role's fixed design before the sequential one: every config, 3 rounds
+
+# ---------------------------------------------------------------------------------------------
+# simulation
+
+
+def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[str, float], *,
+            max_rounds: int = _design.MAX_ROUNDS, sequential: bool = True) -> dict[str, Any]:
+    """One simulated run through the sequential design: the verdicts, the recommendation, the starts used."""
+    rng = random.Random(seed)
+    names = ["baseline", *effects]
+    mu = {"baseline": 0.0, **{n: math.log(e) for n, e in effects.items()}}
+    cells: dict[str, dict[int, float]] = {n: {} for n in names}
+    active = list(effects)
+    starts = 0
+    for rnd in range(max_rounds):
+        if not active:
+            break
+        for name in ["baseline", *active]:
+            start = rng.gauss(0.0, sigma)
+            rates = {s: math.exp(mu[name] + start + rng.gauss(0.0, sigma / 4)) for s in weights}
+            cells[name][rnd] = math.log(_stats.mix_rate(rates, weights))
+            starts += 1
+        if sequential and rnd + 1 >= _design.FIRST_LOOK:
+            active = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds)["active"]
+    out = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds, looks=sequential)
+    wins = [n for n, v in out["verdicts"].items() if v["verdict"] == _design.WIN]
+    pick = max(wins, key=lambda n: out["verdicts"][n]["ratio"]) if wins else None
+    return {"wins": wins, "pick": pick, "pick_ratio": out["verdicts"][pick]["ratio"] if pick else None,
+            "starts": starts, "verdicts": {n: v["verdict"] for n, v in out["verdicts"].items()}}
+
+
+SCENARIOS = {
+    "null": {"t1": 1.0, "t2": 1.0, "t3": 1.0, "t4": 1.0},
+    "one 1.10x": {"t1": 1.0, "t2": 1.0, "t3": 1.0, "t4": 1.0, "real": 1.10},
+    "one 1.2x": {"t1": 1.0, "t2": 1.0, "t3": 1.0, "real": 1.2},
+    "one 2x": {"t1": 1.0, "t2": 1.0, "t3": 1.0, "real": 2.0},
+}
+
+
+def simulate(runs: int, sigmas: list[float], max_rounds: int) -> list[dict[str, Any]]:
+    rows = []
+    for scenario, effects in SCENARIOS.items():
+        for sigma in sigmas:
+            for mix_name, weights in (("equal", {s: 0.25 for s in SIM_SHAPES}), ("declared", DECLARED_MIX)):
+                if scenario in ("one 1.2x", "one 2x") and mix_name == "declared":
+                    continue  # the true effect is the same on every shape: the mix changes nothing
+                false_win = false_rec = power = 0
+                starts = 0
+                picked_real: list[float] = []
+                t0 = time.monotonic()
+                for i in range(runs):
+                    r = sim_run(effects, sigma, f"{scenario}:{sigma}:{mix_name}:{i}", weights,
+                                max_rounds=max_rounds)
+                    nulls = [n for n in r["wins"] if effects[n] <= 1.0]
+                    false_win += bool(nulls)
+                    false_rec += r["pick"] is not None and effects[r["pick"]] <= 1.0
+                    power += "real" in r["wins"]
+                    starts += r["starts"]
+                    if r["pick"] == "real":
+                        picked_real.append(r["pick_ratio"])
+                rows.append({
+                    "scenario": scenario, "sigma": sigma, "mix": mix_name, "runs": runs,
+                    "candidates": len(effects), "false_win": false_win / runs, "false_recommendation": false_rec / runs,
+                    "power": power / runs if "real" in effects else None,
+                    "reported_when_picked": (math.exp(sum(math.log(x) for x in picked_real) / len(picked_real))
+                                             if picked_real else None),
+                    "starts_per_run": starts / runs,
+                    "starts_fixed_today": (len(effects) + 1) * FIXED_ROUNDS_TODAY,
+                    "seconds": round(time.monotonic() - t0, 1)})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_sim(rows: list[dict[str, Any]], max_rounds: int) -> None:
+    print(f"Simulation: the project's sequential design (at most {max_rounds} rounds, looks from round "
+          f"{_design.FIRST_LOOK}, alpha {_design.ALPHA}, futility against {_design.MIN_SPEEDUP}x), counted per run.\n")
+    print("| scenario | candidates | sigma | endpoint weights | runs | family-wise false WIN | false recommendation | "
+          "power | reported x when the real one is picked | starts per run | fixed 3 rounds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        power = "-" if r["power"] is None else f"{100 * r['power']:.1f} %"
+        rep = "-" if r["reported_when_picked"] is None else f"{r['reported_when_picked']:.3f}"
+        print(f"| {r['scenario']} | {r['candidates']} | {r['sigma']:g} | {r['mix']} | {r['runs']} | "
+              f"{100 * r['false_win']:.1f} % | {100 * r['false_recommendation']:.1f} % | {power} | {rep} | "
+              f"{r['starts_per_run']:.1f} | {r['starts_fixed_today']} |")
+
+
+# ---------------------------------------------------------------------------------------------
+# real servers on the role's schedule
 
 
 def beds(threads: int) -> dict[str, dict[str, Any]]:
     tiny = CACHE / "demo-models"
     win = CACHE / "win-models"
-    t = ["-t", str(threads)]
     return {
         "tiny": {
-            "target": tiny / "target.gguf", "threads": ["-t", "1"],
-            "sizes": {"prose": {"chars": 1200, "n_predict": 48}, "echo": {"chars": 900, "n_predict": 48},
-                      "structured": {"chars": 600, "n_predict": 48}, "identity": {"n_predict": 32}},
-            "configs": {"baseline": {}, "twin": {"env": TWIN_ENV}},
+            "target": tiny / "target.gguf", "threads": ["-t", "1"], "shapes": ["prose", "identity"],
+            "sizes": {"prose": {"chars": 600, "n_predict": 32}, "identity": {"n_predict": 24}},
+            "configs": {"baseline": {}, **{f"twin{i}": {"env": {"SPECDEC_TWIN": str(i)}} for i in range(1, 5)}},
         },
         "win": {
-            # two shapes and short prompts: a request on this bed costs seconds on a shared 2-core machine
-            "target": win / "target-win.gguf", "threads": t, "shapes": ["prose", "structured"],
+            # short prompts and outputs: a request on this bed costs seconds on a shared 2-core machine
+            "target": win / "target-win.gguf", "threads": ["-t", str(threads)], "shapes": ["prose", "structured"],
             "sizes": {"prose": {"chars": 200, "n_predict": 16}, "structured": {"chars": 200, "n_predict": 16}},
             "configs": {
                 "baseline": {},
-                "twin": {"env": TWIN_ENV},
+                "twin": {"env": {"SPECDEC_TWIN": "1"}},
                 "draft-n4": draft_config(win / "draft-win.gguf", 4),
-                "noisy-n8": draft_config(win / "draft-win-noisy.gguf", 8, ["--spec-draft-n-min", "8",
-                                                                           "--spec-draft-p-min", "0"]),
+                # the same server, slowed by a second thread that spins against the machine's other jobs
+                "two-threads": {"args": ["-t", str(threads + 1)], "server_config": {"LLAMA_ARG_THREADS": str(threads + 1)}},
             },
         },
     }
@@ -80,9 +174,9 @@ def draft_config(draft: Path, k: int, extra: list[str] | None = None) -> dict[st
 
 
 def prediction_bed(threads: int) -> dict[str, Any]:
-    """The win bed with the draft model served alone (a drafter probe: d_s measured) and depths 2, 4, 8."""
+    """The win bed with the draft model served alone (a drafter probe: d_s and its prefill measured), depths 2, 4, 8."""
     win = CACHE / "win-models"
-    bed = dict(beds(threads)["win"], shapes=["prose"])
+    bed = dict(beds(threads)["win"], shapes=["prose"], sizes={"prose": {"chars": 200, "n_predict": 48}})
     draft = win / "draft-win.gguf"
     bed["configs"] = {
         "baseline": {},
@@ -92,157 +186,163 @@ def prediction_bed(threads: int) -> dict[str, Any]:
     return bed
 
 
-def serve(bed: dict[str, Any], config: dict[str, Any]) -> LlamaServer:
-    return LlamaServer(config.get("model") or bed["target"], args=[*bed["threads"], *config.get("args", [])],
-                       env=config.get("env"), ctx_size=2048)
-
-
-def measure(bed: dict[str, Any], config: dict[str, Any], *, seed: int, prompts: int, repeats: int = 1,
-            shapes: list[str] | None = None) -> dict[str, Any]:
-    with serve(bed, config) as server:
-        return _endpoint.run_bench(server.url, shapes=shapes or SHAPES, prompts_per_shape=prompts, repeats=repeats,
-                                   warmup=1, seed=seed, sizes=bed["sizes"], timeout=300)
-
-
-def one_run(bed: dict[str, Any], names: list[str], *, rounds: int, prompts: int, seed: int) -> dict[str, Any]:
-    """rounds x configs in the protocol's order (rotated by one each round), each on its own server start."""
-    entries = []
-    for rnd in range(rounds):
-        shift = rnd % len(names)
-        for order, name in enumerate(names[shift:] + names[:shift]):
-            bench = measure(bed, bed["configs"][name], seed=seed * 100 + rnd, prompts=prompts,
-                            shapes=bed.get("shapes"))
-            entries.append({"config": name, "round": rnd, "order": order, "bench": bench, "error": None,
-                            "server_config": server_config(bed["configs"][name])})
-    configs = [{"name": n, "chain": bed["configs"][n].get("chain", []),
-                "server_config": server_config(bed["configs"][n]),
-                **({"k": bed["configs"][n]["k"]} if "k" in bed["configs"][n] else {})} for n in names]
-    return {"host": "calibration", "baseline": "baseline", "configs": configs, "entries": entries}
-
-
 def server_config(config: dict[str, Any]) -> dict[str, str]:
     return {**config.get("env", {}), **config.get("server_config", {})}
 
 
-def tally(runs: list[dict[str, Any]], method: str, margin: float) -> dict[str, dict[str, int]]:
-    """config -> {verdict: count} over every shape of every run."""
-    out: dict[str, dict[str, int]] = {}
+def role_run(bed: dict[str, Any], *, max_rounds: int, prompts: int, seed: int, sequential: bool = True,
+             verify_k: list[int] | None = None) -> dict[str, Any]:
+    """One run on the role's schedule: ab_schedule's plan, ab_round's slots, ab_look after each round."""
+    from testbed.server import LlamaServer
+
+    names = list(bed["configs"])
+    configs = [{"name": n, "chain": bed["configs"][n].get("chain", []), "server_config": server_config(bed["configs"][n]),
+                **({"k": bed["configs"][n]["k"]} if "k" in bed["configs"][n] else {})} for n in names]
+    plan = ab_filters.ab_schedule(names, max_rounds, "baseline", seed)
+    run: dict[str, Any] = {"host": "calibration", "baseline": "baseline", "configs": configs, "entries": [],
+                           "design": {"max_rounds": max_rounds, "sequential": sequential, "endpoint": "e2e"}}
+    active, previous = names, None
+    for rnd in range(max_rounds):
+        if not active:
+            break
+        for slot in ab_filters.ab_round(plan, rnd, active, previous):
+            config = bed["configs"][slot["config"]]
+            args = [*bed["threads"], *config.get("args", [])]
+            with LlamaServer(config.get("model") or bed["target"], args=args, env=config.get("env"),
+                             ctx_size=2048) as server:  # a fresh start per slot, as unit_override restarts the unit
+                bench = _endpoint.run_bench(server.url, shapes=bed["shapes"], prompts_per_shape=prompts, repeats=1,
+                                            warmup=1, seed=seed * 100 + rnd, sizes=bed["sizes"], timeout=600,
+                                            verify_k=verify_k if not config.get("chain") else None)
+            run["entries"].append(dict(slot, bench=bench, error=None, server_config=server_config(config)))
+            previous = slot["server"]
+        look = ab_filters.ab_look(run)
+        active = look["active"]
+    return run
+
+
+def judge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per run: false WINs among the twins, the picks, the starts, the pooled noise of the confirmatory endpoint."""
+    out = {"runs": len(runs), "false_win_runs": 0, "starts": 0, "noise": [], "verdicts": {}, "picks": {}}
     for run in runs:
-        judged = _judge.judge(run, method=method, margin=margin, n_boot=1000)
-        for name, c in judged["configs"].items():
-            if name == judged["baseline"]:
-                continue
-            counts = out.setdefault(name, {})
-            for row in c["shapes"].values():
-                key = row["ci_verdict"] if row["ci_verdict"] in (_stats.WIN, _stats.LOSS, _stats.NO_DIFFERENCE) \
-                    else ("invalid" if row["verdict"] == "invalid" else "not called")
-                counts[key] = counts.get(key, 0) + 1
+        judged = _judge.judge(run, n_boot=100)
+        conf = judged["confirmatory"]
+        twins = [n for n in conf["verdicts"] if n.startswith("twin")]
+        out["false_win_runs"] += any(conf["verdicts"][n]["verdict"] == _design.WIN for n in twins)
+        out["starts"] += len(run["entries"])
+        noise = [look.get("noise") for look in conf["looks"] if look.get("noise") is not None]
+        if noise:
+            out["noise"].append(noise[-1])
+        for n, v in conf["verdicts"].items():
+            out["verdicts"].setdefault(n, {}).setdefault(v["verdict"], 0)
+            out["verdicts"][n][v["verdict"]] += 1
+        pick = conf["recommendation"] or "baseline"
+        out["picks"][pick] = out["picks"].get(pick, 0) + 1
     return out
 
 
-def ground_truth(bed: dict[str, Any], names: list[str], requests: int) -> dict[str, float]:
-    """Each config served once, ``requests`` prose requests: exp(mean log rate) per config."""
-    out = {}
-    for name in names:
-        bench = measure(bed, bed["configs"][name], seed=9999, prompts=requests, shapes=["prose"])
-        rates = [r["predicted_per_second"] for r in bench["requests"] if r.get("predicted_per_second")]
-        out[name] = math.exp(statistics.fmean(math.log(r) for r in rates))
-    return out
-
-
-def print_table(runs_by_bed: dict[str, list[dict[str, Any]]], margin: float) -> None:
-    expected = {"twin": "no difference", "draft-n4": "win", "noisy-n8": "loss"}
-    print("| bed | config | truth | runs | shape verdicts | method | no difference | win | loss | not called "
-          "| right |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for bed, runs in runs_by_bed.items():
-        if not runs:
-            continue
-        for method, label, m in (("rounds", "t over rounds", margin), ("request-bootstrap", "old bootstrap", 0.0)):
-            counts = tally(runs, method, m)
-            for name, c in counts.items():
-                total = sum(c.values())
-                right = c.get(expected.get(name, ""), 0)
-                print(f"| {bed} | {name} | {expected.get(name, '?')} | {len(runs)} | {total} | {label} | "
-                      f"{c.get('no difference', 0)} | {c.get('win', 0)} | {c.get('loss', 0)} | "
-                      f"{c.get('not called', 0) + c.get('invalid', 0)} | {100.0 * right / total:.0f} % |")
+def print_real(bed: str, summary: dict[str, Any], seconds: float) -> None:
+    n = summary["runs"]
+    noise = summary["noise"]
+    mean_noise = sum(noise) / len(noise) if noise else None
+    print(f"\n{bed} bed on the role's schedule: {n} runs, {summary['starts']} server starts "
+          f"({summary['starts'] / max(n, 1):.1f} per run), {seconds:.0f} s; family-wise false WIN among the twins in "
+          f"{summary['false_win_runs']} of {n} runs; pooled start-to-start noise of the endpoint "
+          + (f"{100 * mean_noise:.1f} % on average (per run: {', '.join(f'{100 * x:.1f}' for x in noise)} %)"
+             if noise else "not estimated"))
+    print("| config | " + " | ".join(_design.VERDICTS) + " |")
+    print("| --- |" + " --- |" * len(_design.VERDICTS))
+    for name, counts in summary["verdicts"].items():
+        print(f"| {name} | " + " | ".join(str(counts.get(v, 0)) for v in _design.VERDICTS) + " |")
+    print(f"recommendations: {summary['picks']}")
 
 
 def print_prediction(run: dict[str, Any]) -> None:
     judged = _judge.judge(run)
-    print("| config | shape | K | p | t_s ms | d_s ms | predicted tok/s | measured tok/s | measured / predicted "
-          "| implied verify cost (target steps) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| config | shape | K | p | t_s ms | d_s ms | verify (target steps) | drafter (d_s steps) | predicted tok/s "
+          "| measured tok/s | measured / predicted |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in judged["prediction"]:
-        ratio = p["measured_tok_s"] / p["predicted_tok_s"] if p.get("predicted_tok_s") else None
-        if ratio is None:
+        if not p.get("predicted_tok_s"):
             print(f"| {p['config']} | {p['shape']} | no d_s: {p['d_s_source']} |")
             continue
-        print(f"| {p['config']} | {p['shape']} | {p['k']} | {p['p']:.3f} | {p['t_s_ms']:.1f} | "
-              f"{p['d_s_ms']:.2f} | {p['predicted_tok_s']:.1f} | {p['measured_tok_s']:.1f} | "
-              f"{ratio:.2f} | {p['implied_verify_steps']:.1f} |")
-    sources = sorted({p["d_s_source"] for p in judged["prediction"]})
-    print("\nd_s from: " + "; ".join(sources))
+        print(f"| {p['config']} | {p['shape']} | {p['k']} | {p['p']:.3f} | {p['t_s_ms']:.1f} | {p['d_s_ms']:.2f} | "
+              f"{p['verify_steps']:.2f} | {p['draft_steps']:.2f} | {p['predicted_tok_s']:.1f} | "
+              f"{p['measured_tok_s']:.1f} | {p['measured_tok_s'] / p['predicted_tok_s']:.2f} |")
+    for line in sorted({p.get("verify_source", "") for p in judged["prediction"]}):
+        print(f"\nverification: {line}")
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    ap.add_argument("--tiny-runs", type=int, default=40)
-    ap.add_argument("--win-runs", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sim-runs", type=int, default=2000, help="simulated runs per scenario, sigma and mix; 0 skips")
+    ap.add_argument("--sigmas", default="0.02,0.05,0.10")
+    ap.add_argument("--max-rounds", type=int, default=_design.MAX_ROUNDS)
+    ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
+    ap.add_argument("--win-runs", type=int, default=2, help="real runs on the win bed; 0 skips")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per shape per server start")
-    # one thread: with two on a machine whose cores are shared, llama.cpp's spinning thread barrier
-    # makes every step wait for a descheduled thread (measured: 1.3 tok/s with -t 2 against 6 with -t 1)
+    ap.add_argument("--first-seed", type=int, default=0, help="seed of the first real run (to add runs to a saved set)")
+    # one thread: with two on a machine whose cores are shared, llama.cpp's spinning thread barrier makes every
+    # step wait for a descheduled thread
     ap.add_argument("--threads", type=int, default=1, help="threads of the win bed's server")
-    ap.add_argument("--truth-requests", type=int, default=6)
-    ap.add_argument("--margin", type=float, default=_stats.EQUIVALENCE_MARGIN)
-    ap.add_argument("--save", default=str(Path("results") / "calibration.json"),
-                    help="where the raw runs go (JSON), to re-judge them later")
-    ap.add_argument("--load", help="re-judge saved runs instead of measuring")
     ap.add_argument("--predict-rounds", type=int, default=2,
                     help="rounds of the prediction run (baseline, the draft alone, draft-simple at 2, 4, 8); 0 skips")
+    ap.add_argument("--save", default=str(Path("results") / "calibration.json"), help="where the raw runs go (JSON)")
+    ap.add_argument("--load", nargs="+",
+                    help="re-judge saved runs instead of measuring (several files: their real runs are pooled)")
     args = ap.parse_args(argv)
 
     if args.load:
-        saved = json.loads(Path(args.load).read_text())
-        print_table(saved["runs"], args.margin)
-        print(f"\nground truth (win bed, prose, tok/s): {saved.get('truth')}")
+        saved = json.loads(Path(args.load[0]).read_text())
+        for more in args.load[1:]:
+            extra = json.loads(Path(more).read_text())
+            for bed, runs in (extra.get("runs") or {}).items():
+                saved.setdefault("runs", {}).setdefault(bed, []).extend(runs)
+            saved["simulation"] = saved.get("simulation") or extra.get("simulation")
+            saved["prediction"] = saved.get("prediction") or extra.get("prediction")
+        if saved.get("simulation"):
+            print_sim(saved["simulation"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
+        for bed, runs in (saved.get("runs") or {}).items():
+            if runs:
+                print_real(bed, judge_runs(runs), 0.0)
         if saved.get("prediction"):
-            print()
             print_prediction(saved["prediction"])
         return 0
 
-    models.write_win_set(CACHE / "win-models")
-    bed_defs = beds(args.threads)
-    started = time.monotonic()
-    runs_by_bed: dict[str, list[dict[str, Any]]] = {"tiny": [], "win": []}
-    truth = {}
-    if args.win_runs:
-        truth = ground_truth(bed_defs["win"], [n for n in bed_defs["win"]["configs"] if n != "twin"],
-                             args.truth_requests)
-        base = truth["baseline"]
-        print("ground truth, win bed (one server each, " + str(args.truth_requests) + " prose requests): "
-              + ", ".join(f"{n} {v:.1f} tok/s ({v / base:.2f}x)" for n, v in truth.items()), flush=True)
-    prediction = None
-    if args.predict_rounds:
-        pbed = prediction_bed(args.threads)
-        prediction = one_run(pbed, list(pbed["configs"]), rounds=args.predict_rounds, prompts=args.prompts, seed=77)
-        print("\nprediction against measurement on the win bed (d_s measured: the draft model served alone)\n")
-        print_prediction(prediction)
-        print(flush=True)
-    plan = [("tiny", i) for i in range(args.tiny_runs)] + [("win", i) for i in range(args.win_runs)]
-    for bed, i in plan:
-        t0 = time.monotonic()
-        names = list(bed_defs[bed]["configs"])
-        runs_by_bed[bed].append(one_run(bed_defs[bed], names, rounds=args.rounds, prompts=args.prompts,
-                                        seed=1000 * (bed == "win") + i))
-        print(f"{bed} run {i + 1}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    saved: dict[str, Any] = {"args": vars(args), "runs": {"tiny": [], "win": []}}
+
+    def save() -> None:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.save).write_text(json.dumps({"runs": runs_by_bed, "truth": truth, "prediction": prediction,
-                                               "args": vars(args)}))
-    print(f"\n{args.rounds} rounds x {args.prompts} prompts per shape per server start; "
-          f"margin {args.margin:g}; {time.monotonic() - started:.0f} s in all\n")
-    print_table(runs_by_bed, args.margin)
+        Path(args.save).write_text(json.dumps(saved))
+
+    if args.sim_runs:
+        sigmas = [float(s) for s in args.sigmas.split(",")]
+        saved["simulation"] = simulate(args.sim_runs, sigmas, args.max_rounds)
+        save()
+        print_sim(saved["simulation"], args.max_rounds)
+    if args.tiny_runs or args.win_runs or args.predict_rounds:
+        from testbed import models
+
+        models.write_win_set(CACHE / "win-models")
+    bed_defs = beds(args.threads)
+    if args.predict_rounds:
+        t0 = time.monotonic()
+        pbed = prediction_bed(args.threads)
+        saved["prediction"] = role_run(pbed, max_rounds=args.predict_rounds, prompts=args.prompts, seed=77,
+                                       sequential=False, verify_k=[2, 4, 8])
+        save()
+        print(f"\nprediction against measurement on the win bed ({time.monotonic() - t0:.0f} s; verification and the "
+              f"drafter's prefill measured within their own starts):")
+        print_prediction(saved["prediction"])
+    for bed, count in (("tiny", args.tiny_runs), ("win", args.win_runs)):
+        if not count:
+            continue
+        t0 = time.monotonic()
+        for i in range(count):
+            saved["runs"][bed].append(role_run(bed_defs[bed], max_rounds=args.max_rounds, prompts=args.prompts,
+                                               seed=1000 * (bed == "win") + args.first_seed + i))
+            print(f"{bed} run {i + 1}: {len(saved['runs'][bed][-1]['entries'])} starts", file=sys.stderr, flush=True)
+            save()
+        print_real(bed, judge_runs(saved["runs"][bed]), time.monotonic() - t0)
     return 0
 
 

@@ -1,9 +1,10 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Controller-side filters for the A/B role: sweep expansion, the rotated schedule, and step 0's counters.
+# Controller-side filters for the A/B role: sweep expansion, the seeded schedule, the look after a round, step 0's counters.
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -13,6 +14,12 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs, server_key
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
+
+# A config with one of these statuses is never a winner whatever later rounds measure (its text differs, or it
+# does not draft: properties of the config), so they do not measure it. A FAILED or INCOMPLETE config is measured
+# on: its failure may be the host's, and every round's evidence goes into the report.
+_DROPPED = (_judge.INVALID, _judge.NOT_ENGAGED)
 
 
 def _sweep_value(config: str, name: Any, value: Any) -> str | None:
@@ -54,44 +61,113 @@ def ab_expand(configs: list[dict[str, Any]], baseline: str = "baseline") -> list
     return out
 
 
-def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline") -> list[dict[str, Any]]:
-    """Every config once per round, the order rotated by one each round (baseline in every round).
+def _server_key(config: Any, baseline: str) -> tuple[Any, ...]:
+    if isinstance(config, dict):
+        name = str(config.get("name"))
+        return ("baseline",) if name == baseline else ("server", *_server(config))
+    return ("name", str(config))
 
-    ``configs`` are names, or configs ({name, env, flags}): then configs whose server side is the same
-    (the same env file once rendered) run next to each other, so the server restarts once per distinct
-    server-side config per round, never in between. Each slot says which server-side config it needs
-    (``server``, an index) and whether the server restarts for it (``restart``; production, the
-    baseline, serves when the run starts, and the run ends by restoring it).
+
+def ab_schedule(configs: list[Any], rounds: int, baseline: str = "baseline", seed: Any = 0) -> list[dict[str, Any]]:
+    """Every config once per round, the baseline included, each on its own server start, in a seeded random
+    order per round (recorded in the slots, so the report shows it and a rerun with the same seed repeats it).
+
+    A random order balances positions on average: no config always runs right after a restart of a slow
+    neighbour or in the first slot of a round. Two slots in a row never need the same candidate's server (the
+    same rendering, or the same config across a round's boundary), because a candidate applied again over itself
+    would not restart and would share the earlier slot's server start; the baseline's slot restarts production
+    itself, so it may follow itself. ``configs`` are names, or configs
+    ({name, env, flags}): then configs that render the same server are told apart by the rendering. Each slot:
+    ``config``, ``round``, ``order`` (its position in the round), ``server`` (the rendering's index) and
+    ``restart`` (always true: the baseline slot restarts production, see measure.yml) and ``baseline``.
     """
-    rounds = int(rounds)
+    try:
+        rounds = int(rounds)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"spec_ab_max_rounds: expected a whole number of rounds, got {rounds!r}") from None
     if rounds < 1:
-        raise AnsibleFilterError(f"spec_ab_rounds: {rounds} — run at least one round")
-    groups: list[list[str]] = []
-    keys: dict[Any, int] = {}
+        raise AnsibleFilterError(f"spec_ab_max_rounds: {rounds} — run at least one round")
+    names: list[str] = []
+    servers: dict[str, int] = {}
+    keys: dict[tuple[Any, ...], int] = {}
     for config in configs or []:
-        if isinstance(config, dict):
-            name = str(config.get("name"))
-            key = ("baseline",) if name == baseline else _server(config)
-        else:
-            name = str(config)
-            key = ("name", name)
-        if key not in keys:
-            keys[key] = len(groups)
-            groups.append([])
-        groups[keys[key]].append(name)
-    baseline_group = next((i for i, g in enumerate(groups) if baseline in g), None)
-    plan = []
-    serving = baseline_group
+        name = str(config.get("name")) if isinstance(config, dict) else str(config)
+        if name in servers:
+            raise AnsibleFilterError(f"ab_schedule: two configs are named {name!r}")
+        key = _server_key(config, baseline)
+        servers[name] = keys.setdefault(key, len(keys))
+        names.append(name)
+    plan: list[dict[str, Any]] = []
+    previous = None
     for r in range(rounds):
-        shift = r % len(groups) if groups else 0
-        order = 0
-        for index in list(range(shift, len(groups))) + list(range(shift)):
-            for name in groups[index]:
-                plan.append({"config": name, "round": r, "order": order, "server": index,
-                             "restart": index != serving})
-                serving = index
-                order += 1
+        order = _round_order(names, servers, random.Random(f"{seed}:{r}"), previous, servers.get(baseline))
+        previous = servers[order[-1]] if order else previous
+        plan += [{"config": n, "round": r, "order": i, "server": servers[n], "restart": True,
+                  "baseline": n == baseline} for i, n in enumerate(order)]
     return plan
+
+
+def _round_order(names: list[str], servers: dict[str, int], rng: random.Random, previous: int | None,
+                 restarts_itself: int | None) -> list[str]:
+    """A random order in which no two neighbours (nor the first and the previous round's last) share a
+    candidate's server; the baseline's slot restarts production itself, so it may follow itself (with two
+    configs a stricter rule would fix the order of every round). Where it cannot be, the plain random order."""
+    for _attempt in range(200):
+        order = list(names)
+        rng.shuffle(order)
+        chain = ([previous] if previous is not None else []) + [servers[n] for n in order]
+        if all(a != b or a == restarts_itself for a, b in zip(chain, chain[1:])):
+            return order
+    return order
+
+
+def ab_round(schedule: list[dict[str, Any]], round_: int, active: list[str], previous: Any = None) -> list[dict[str, Any]]:
+    """The slots of one round for the configs still measured (``active``), in the schedule's order; where
+    dropping configs put two slots of the same server next to each other (or the first after ``previous``, the
+    server of the last slot measured), the later one moves to the first place that keeps them apart."""
+    slots = [dict(s) for s in schedule or [] if s.get("round") == int(round_) and s.get("config") in set(active or [])]
+    out: list[dict[str, Any]] = []
+    last = previous
+    pending = list(slots)
+    while pending:
+        pick = next((s for s in pending if s.get("server") != last or s.get("baseline")), pending[0])
+        pending.remove(pick)
+        out.append(pick)
+        last = pick.get("server")
+    for i, s in enumerate(out):
+        s["order"] = i
+    return out
+
+
+def ab_look(run: dict[str, Any]) -> dict[str, Any]:
+    """The look after a round: the run so far judged (``_judge.judge``, the same code the report uses) and
+    which configs the next round measures.
+
+    A candidate is measured again while the sequential design has not decided it (WIN, LOSS or futile) and
+    it is neither INVALID nor NOT ENGAGED (never a winner, whatever later rounds measure); a drafter probe
+    while a config it serves is; the baseline while anything is. ``stop`` says the run is done.
+    """
+    try:
+        judged = _judge.judge(run, n_boot=100)
+    except SpecdecError as exc:
+        raise AnsibleFilterError(f"the look after a round: {exc}") from None
+    conf = judged["confirmatory"]
+    configs = judged["configs"]
+    dropped = {n: c["status"] for n, c in configs.items() if c["status"] in _DROPPED}
+    active = [n for n in conf["active"] if n not in dropped]
+    probes = [n for n, c in configs.items() if c["status"] == _judge.DRAFTER_PROBE
+              and set(c.get("probe_for") or []) & set(active)]
+    measure = [judged["baseline"], *active, *probes] if active else []
+    lines = [f"after round {len(judged['rounds'])}: "
+             + "; ".join(f"{n} {r['verdict']}" + (f" ({r['stopped']})" if r.get("stopped") else "")
+                         + (f" {r['ratio']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r.get("low") else "")
+                         for n, r in conf["verdicts"].items())]
+    if dropped:
+        lines.append("not measured again (never a winner): " + ", ".join(f"{n} {s}" for n, s in dropped.items()))
+    lines.append(("next round: " + ", ".join(measure)) if measure else "the run is decided: no further round")
+    return {"active": measure, "stop": not measure, "decided": {n: r.get("stopped") for n, r in
+                                                                conf["verdicts"].items() if r.get("stopped")},
+            "dropped": dropped, "lines": lines}
 
 
 def spec_counters(metrics_text: str | None) -> dict[str, Any]:
@@ -165,5 +241,6 @@ def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"ab_expand": ab_expand, "ab_schedule": ab_schedule, "spec_counters": spec_counters,
+        return {"ab_expand": ab_expand, "ab_schedule": ab_schedule, "ab_round": ab_round, "ab_look": ab_look,
+                "spec_counters": spec_counters,
                 "ab_env": ab_env, "ab_render": ab_render, "ab_report_configs": ab_report_configs}

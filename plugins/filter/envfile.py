@@ -33,7 +33,17 @@ def env_file_values(text: str) -> dict[str, str]:
     return envfile.read_env_values(str(text or ""))
 
 
+def env_file_changes(new_text: str, old_text: str) -> dict[str, Any]:
+    """What a unit's process gets differently when ``old_text`` is replaced by ``new_text``: each changed or added
+    variable with its new value, each removed one as None (unset), in the form unit_override's ``env`` takes."""
+    new = envfile.read_env_values(str(new_text or ""))
+    old = envfile.read_env_values(str(old_text or ""))
+    changes: dict[str, Any] = {key: value for key, value in new.items() if old.get(key) != value}
+    changes.update({key: None for key in old if key not in new})
+    return dict(sorted(changes.items()))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"env_file_lines": env_file_lines, "env_file_problems": env_file_problems,
-                "env_file_values": env_file_values}
+                "env_file_values": env_file_values, "env_file_changes": env_file_changes}

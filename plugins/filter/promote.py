@@ -5,7 +5,8 @@
 
 - ``report | llmfleet.specdec.promotion_record(winner, force, promoted_at)``: the record promote.yml writes
   on the host: the winner's variables (``set``), the variables it unsets (``unset``; null in the run's
-  ``server_config``), and the measured table as comment lines.
+  ``server_config``), and the measured table as comment lines. The gate: only a config with a WIN on the
+  run's confirmatory endpoint is promoted, unless ``force``; the record says which (``forced``, ``verdict``).
 - ``current_text | llmfleet.specdec.promote_env(report, winner, force)``: the deployed env file with the
   winner applied (its variables taken out of the body, one promotion block, replacing an earlier one,
   holding the table and the winner's assignments).
@@ -59,6 +60,27 @@ def promotion_table(report: dict[str, Any], winner: str) -> list[str]:
     return lines
 
 
+def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
+    """The config's verdict on the run's confirmatory endpoint (report.json's ``confirmatory``, contract C3):
+    ``win`` is true only for WIN. A report without that section (written before it existed) has no WIN."""
+    conf = report.get("confirmatory")
+    out: dict[str, Any] = {"win": False, "verdict": None, "endpoint": None, "ratio": None, "low": None,
+                           "high": None}
+    if not isinstance(conf, dict):
+        out["why"] = "the report has no confirmatory verdict: it was written before this collection judged one"
+        return out
+    row = (conf.get("verdicts") or {}).get(config)
+    out["endpoint"] = conf.get("endpoint")
+    if not isinstance(row, dict):
+        out["why"] = f"{config!r} is not among its candidates (the baseline, or a drafter probe)"
+        return out
+    out.update(verdict=row.get("verdict"), ratio=row.get("ratio"), low=row.get("low"), high=row.get("high"),
+               win=row.get("verdict") == "WIN")
+    out["why"] = f"its verdict is {row.get('verdict')}" + (
+        f", {row['ratio']:.2f}x [{row['low']:.2f}, {row['high']:.2f}]" if row.get("low") is not None else "")
+    return out
+
+
 def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
                      promoted_at: str | None = None, accept_lossy: bool = False) -> dict[str, Any]:
     """The promotion as data: what it sets and unsets, and why (the measured table)."""
@@ -72,6 +94,12 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} was judged {', '.join(bad)} in run "
                                  f"{report.get('run_id')}; it cannot be promoted (set specdec_promote_force=true "
                                  "only after fixing and re-measuring)")
+    gate = confirmatory_gate(report, winner)
+    if not gate["win"] and not force:
+        raise AnsibleFilterError(f"specdec_promote_config: {winner!r} has no WIN on run {report.get('run_id')}'s "
+                                 f"confirmatory endpoint ({gate['why']}); only a WIN is promoted. Measure again with "
+                                 "more rounds (spec_ab_max_rounds) or set specdec_promote_force=true to promote it "
+                                 "anyway (the record will say forced)")
     try:  # a lossy-by-design winner needs the operator's explicit acceptance (module_utils/_quality.py)
         judging = _quality.promotion_evidence(report, winner, bool(accept_lossy))
     except _quality.QualityError as exc:
@@ -91,8 +119,13 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
     table = promotion_table(report, winner)
     if judging and judging["judging"] == _quality.LOSSY:
         table.append(_comment(f"{winner}: lossy by design, {judging['summary']}; accepted with {judging['accepted']}"))
+    table.insert(1, _comment(f"confirmatory: {gate['verdict']} on {gate['endpoint']}"
+                             + (f", {gate['ratio']:.2f}x [{gate['low']:.2f}, {gate['high']:.2f}]" if gate["low"] else "")
+                             + ("; FORCED (specdec_promote_force=true)" if not gate["win"] else "")))
     record = {"schema": SCHEMA, "config": winner, "run_id": report.get("run_id"), "host": report.get("host"),
-              "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset), "table": table}
+              "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset), "table": table,
+              "forced": not gate["win"], "verdict": gate["verdict"],
+              "confirmatory": {k: gate[k] for k in ("endpoint", "verdict", "ratio", "low", "high")}}
     if judging:
         record["judging"] = judging
     return record

@@ -202,6 +202,12 @@ def parse_reply(reply: Any, api: str, wall_s: float) -> dict[str, Any]:
         rate = predicted_n / wall_s if wall_s > 0 and predicted_n > 0 else None
         rate_source = "usage.completion_tokens / wall_s (includes prefill)"
         prompt_n = _int_or_none(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    # The whole request as the client saw it: prompt processing, the draft's own prefill and decode. The time
+    # before decode began (prompt, draft prefill, the HTTP round trip) is the time to the first token.
+    e2e = predicted_n / wall_s if wall_s > 0 and predicted_n > 0 else None
+    ttft = None
+    if timings and isinstance(timings.get("predicted_ms"), (int, float)) and math.isfinite(timings["predicted_ms"]):
+        ttft = max(0.0, wall_s - float(timings["predicted_ms"]) / 1000.0)
     draft_n = (_int_or_none(timings.get("draft_n"), "timings.draft_n") or 0) if timings else 0
     draft_n_accepted = (_int_or_none(timings.get("draft_n_accepted"), "timings.draft_n_accepted") or 0) if timings else 0
     if draft_n_accepted > draft_n:
@@ -218,6 +224,8 @@ def parse_reply(reply: Any, api: str, wall_s: float) -> dict[str, Any]:
         "draft_n": draft_n,
         "draft_n_accepted": draft_n_accepted,
         "wall_s": wall_s,
+        "e2e_tok_s": e2e,
+        "ttft_s": ttft,
     }
 
 
@@ -476,16 +484,70 @@ def plan_requests(seed: int = 0, sizes: Mapping[str, Any] | None = None, shapes:
     return warm, schedule, {shape: built[shape][:distinct] for shape in names}
 
 
+def measure_batches(client: Endpoint, batches: Any, *, repeats: int = 5, prefix: int = 96) -> dict[str, Any]:
+    """The time llama-server takes for a batch of b tokens on a cached prefix: what verifying K drafted tokens
+    costs (b = K + 1) and, on a draft model served alone, what its prefill of the accepted tokens costs.
+
+    A prompt is tokenized (``/tokenize``) and sent once with ``cache_prompt`` so that slot 0 holds it; then, per
+    batch size and repeat, the prefix plus b new tokens (a different continuation each time, so nothing past the
+    prefix is cached) with ``n_predict: 1``: ``timings.prompt_ms`` is the batch's time when ``prompt_n == b``.
+    Returns ``{"batches": {b: median ms}, "samples": {b: [ms...]}, "step_ms": ms of b = 1, "notes": [...]}``.
+    """
+    sizes = sorted({1, *(_check_count("verify batch", int(b), 1) for b in batches or [])})
+    text = " ".join(f"word{i} and the number {i * 7} follow" for i in range(prefix))
+    status, raw = client.request("POST", "/tokenize", {"content": text})
+    if status != 200:
+        return {"batches": {}, "samples": {}, "step_ms": None,
+                "notes": [f"POST /tokenize: HTTP {status}: no batch timings on this server"]}
+    try:
+        tokens = [int(t) for t in _loads(raw)["tokens"]]
+    except (ValueError, KeyError, TypeError):
+        return {"batches": {}, "samples": {}, "step_ms": None, "notes": ["/tokenize: no token list in the reply"]}
+    base = tokens[:prefix]
+    pool = tokens[prefix:] or tokens
+    if len(base) < 8 or not pool:
+        return {"batches": {}, "samples": {}, "step_ms": None, "notes": ["/tokenize: too few tokens for a prefix"]}
+
+    def send(prompt: list[int]) -> tuple[int | None, float | None]:
+        body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": True, "id_slot": 0}
+        code, reply = client.request("POST", "/completion", body)
+        if code != 200:
+            raise EndpointError(f"POST {client.url('/completion')} (batch timing): HTTP {code}: {_start(reply)}")
+        timings = _loads(reply).get("timings") or {}
+        n, ms = timings.get("prompt_n"), timings.get("prompt_ms")
+        return (n if isinstance(n, int) else None), (float(ms) if isinstance(ms, (int, float)) else None)
+
+    send(base)  # the prefix into slot 0's cache
+    samples: dict[int, list[float]] = {b: [] for b in sizes}
+    notes: list[str] = []
+    turn = 0
+    for _rep in range(repeats):
+        for b in sizes:
+            turn += 1
+            extra = [pool[(turn * 7 + i) % len(pool)] for i in range(b)]
+            n, ms = send(base + extra)
+            if n == b and ms is not None and math.isfinite(ms) and ms > 0:
+                samples[b].append(ms)
+            elif n is not None and n != b:
+                notes.append(f"a batch of {b} was processed as {n} tokens (the cache did not hold the prefix)")
+    medians = {b: sorted(v)[len(v) // 2] for b, v in samples.items() if v}
+    return {"batches": {str(b): ms for b, ms in medians.items()}, "samples": {str(b): v for b, v in samples.items()},
+            "step_ms": medians.get(1), "notes": sorted(set(notes))}
+
+
 def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", shapes: Any = None,
               prompts_per_shape: int = 1, repeats: int = 3, warmup: int = 1, seed: int = 0,
               sizes: Mapping[str, Any] | None = None, timeout: float = 600, metrics: bool = True,
               validate_certs: bool = True, engine: str = "auto", model: str | None = None,
               api_key: str | None = None, reuse_prompts: bool = False,
               total_timeout: float | None = None, client: Endpoint | None = None,
-              custom: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              custom: Mapping[str, Any] | None = None, verify_k: Any = None) -> dict[str, Any]:
     """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
     :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
     measurement contract. Changes nothing on the server but its counters and caches.
+
+    ``verify_k``: draft depths K whose verification cost is timed on this server after the measured requests
+    (a batch of K + 1 tokens on a cached prefix, :func:`measure_batches`), kept as the bench's ``verify``.
 
     A reply whose numbers cannot be measurements (NaN, infinite or negative) is set aside in
     ``rejected`` with the reason and the bench goes on; any other failure once measuring began raises
@@ -575,4 +637,9 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
     if first is not None and not (first["exact"] and before["exact"]):
         notes.append("llama-server prints spec totals of 1e6 and more rounded to 6 digits: the per-request "
                      "/metrics deltas are not exact on this long-running server; restart it before benching.")
-    return document(total)
+    result = document(total)
+    if verify_k and server["engine"] == "llamacpp":
+        # after the measured requests (they ran without a cached prompt) and their counters, before any load
+        result["verify"] = measure_batches(client, [int(k) + 1 for k in verify_k])
+        result["verify"]["k"] = sorted({int(k) for k in verify_k})
+    return result

@@ -156,6 +156,16 @@ options:
         description: Token budget of every request of this shape.
         type: int
         required: true
+  verify_k:
+    description:
+      - Draft depths K whose verification cost is measured on this server, after the measured requests and
+        within the same server start - a batch of K + 1 tokens on a cached prefix (C(cache_prompt), C(n_predict=1),
+        C(timings.prompt_ms)), and a batch of 1 for the single step. The A/B role gives it the K values of its
+        run on the baseline's start and on a drafter probe's (the draft's prefill of the accepted tokens).
+      - Kept as RV(bench)'s C(verify) (C(batches) in ms per batch size, C(step_ms)). llama-server only.
+    type: list
+    elements: int
+    default: []
   api_key:
     description:
       - Bearer token for a server started with an API key.
@@ -333,6 +343,7 @@ ARGUMENT_SPEC = dict(
     validate_certs=dict(type="bool", default=True),
     concurrency=dict(type="int", default=1),
     load_bursts=dict(type="int", default=3),
+    verify_k=dict(type="list", elements="int", default=[]),
     # content holds the operator's prompts: never logged (only that leaf is masked, not the shape names)
     traffic=dict(type="list", elements="dict", default=[], options=dict(
         name=dict(type="str", required=True), content=dict(type="str", required=True, no_log=True),

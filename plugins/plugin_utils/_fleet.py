@@ -7,11 +7,13 @@ Input: per host its inventory groups and the A/B report its run left (schema ``l
 or why there is none. The GPU family of a host is its one inventory group whose name starts with the family
 prefix (``gpu_`` by default, as in the example inventory), or the family given for it explicitly.
 
-Per host and shape the report names the host's pick: the OK config with a ``win`` on that shape and the largest
-speedup, else the baseline. The hosts of one family agree when their picks, their mix recommendation, every
-config's status and every (config, shape) verdict direction agree: the same GPU, build and model should give the
-same answer, so a family whose hosts disagree is flagged. ``no difference`` on one host against ``win`` on
-another is a different pick (flagged); ``win`` against ``loss`` is a contradiction (flagged).
+Per host the report names its recommendation (the confirmatory verdict of its run: the best WIN on the run's
+one endpoint, else keep the baseline) and, per shape, its pick: the OK config with a ``WIN`` on that shape
+(exploratory) and the largest speedup, else the baseline. The hosts of one family agree when their
+recommendations, their picks, every config's status and every (config, shape) verdict direction agree: the same
+GPU, build and model should give the same answer, so a family whose hosts disagree is flagged. ``INCONCLUSIVE``
+on one host against ``WIN`` on another is a different pick (flagged); ``WIN`` against ``LOSS`` is a
+contradiction (flagged). Reports written before the verdict words changed (``win``, ``loss``) read the same.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ SCHEMA = "llmfleet.specdec/fleet-report/1"
 AB_SCHEMA = "llmfleet.specdec/ab-report/1"
 UNGROUPED = "(no GPU family group)"
 OK = "OK"
-WIN = "win"
-LOSS = "loss"
+WIN = "WIN"
+LOSS = "LOSS"
 
 # A family's state in the report.
 AGREE = "agree"
@@ -89,7 +91,9 @@ def host_summary(host: str, report: Mapping[str, Any]) -> dict[str, Any]:
     for v in report["verdicts"]:
         name = str(v.get("config"))
         c = configs.setdefault(name, {"status": v.get("status"), "shapes": {}})
-        c["shapes"][str(v.get("shape"))] = {"verdict": v.get("verdict"), "speedup": v.get("speedup")}
+        word = v.get("verdict")
+        c["shapes"][str(v.get("shape"))] = {"verdict": word.upper() if word in ("win", "loss") else word,
+                                            "speedup": v.get("speedup")}
     picks: dict[str, dict[str, Any]] = {}
     for shape in shapes:
         best: tuple[float, str] | None = None
@@ -103,6 +107,7 @@ def host_summary(host: str, report: Mapping[str, Any]) -> dict[str, Any]:
         picks[shape] = ({"config": best[1], "verdict": WIN, "speedup": best[0]} if best
                         else {"config": baseline, "verdict": "keep", "speedup": None})
     rec = report.get("recommendation") or report["judged"].get("recommendation") or {}
+    conf = report.get("confirmatory")
     error = report.get("run_error") or report["judged"].get("run_error")
     return {
         "host": host,
@@ -112,7 +117,9 @@ def host_summary(host: str, report: Mapping[str, Any]) -> dict[str, Any]:
         "error": error,
         "shapes": shapes,
         "picks": picks,
-        "recommendation": rec.get("config") if rec.get("mix") else None,
+        # the confirmatory recommendation (null: keep the baseline); an older report's only from a declared mix
+        "recommendation": ((conf.get("recommendation") or baseline) if isinstance(conf, Mapping)
+                           else rec.get("config") if rec.get("mix") else None),
         "configs": configs,
     }
 
@@ -123,7 +130,7 @@ def _disagreements(members: list[dict[str, Any]]) -> list[str]:
     names = [m["host"] for m in members]
     recs = {m["host"]: m["recommendation"] for m in members if m["recommendation"] is not None}
     if len(set(recs.values())) > 1:
-        out.append("recommendation over the mix: " + ", ".join(f"{h} {r}" for h, r in recs.items()))
+        out.append("recommendation: " + ", ".join(f"{h} {r}" for h, r in recs.items()))
     shared = [s for s in members[0]["shapes"] if all(s in m["shapes"] for m in members[1:])]
     for shape in shared:
         picks = {m["host"]: m["picks"][shape] for m in members}

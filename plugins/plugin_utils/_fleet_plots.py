@@ -41,7 +41,7 @@ def fleet_picks(document: Mapping[str, Any]) -> bytes | None:
             pick = h["picks"].get(s)
             if pick is None:
                 color, text = "white", "no report" if h["result"] == "no report" else "-"
-            elif pick["verdict"] == "win":
+            elif pick["verdict"] == "WIN":
                 color, text = "#7fc97f", f"{pick['config']}\n{pick['speedup']:.2f}x"
             else:
                 color, text = "#d9d9d9", f"keep {pick['config']}"

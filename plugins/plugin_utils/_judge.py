@@ -13,12 +13,13 @@ measurement failed, ``bench: null`` and an ``error``. :func:`judge` turns a run 
 - proposer engaged: a speculative config whose ``draft_n`` stays 0 where it should draft is
   NOT ENGAGED whatever its flags say; a config with an empty chain and no drafts is the
   NEGATIVE CONTROL (it should show no difference from the baseline);
-- per shape: median decode tok/s, acceptance, mean accepted length, speedup against the baseline
-  with a 95 % t-interval over rounds (the unit of replication is a server start, see
-  :func:`round_ratio_ci`), its n (rounds x requests per side) and a verdict (win / loss / no
-  difference, or "too few rounds/requests to call");
+- per shape (exploratory): median decode tok/s, acceptance, mean accepted length, speedup against the
+  baseline with a simultaneous interval from the run's block design (``_confirm.shape_analysis``), its
+  n (rounds x requests per side), noise, smallest findable effect and a verdict (WIN / LOSS / EQUIVALENT
+  / INCONCLUSIVE); end-to-end tok/s and time to first token beside it, judged the same way;
 - prediction against measurement with the break-even arithmetic of ``_breakeven``;
-- an overall recommendation only from a traffic mix the caller declares.
+- the confirmatory verdict of every candidate on the run's one endpoint, with the sequential looks
+  (``_confirm.confirmatory``), and the recommendation resting on it.
 
 What it does not hold: the statistics (medians, intervals, the t distribution, verdict words and
 margins) live in ``module_utils/_stats.py``, host-safe because ``_loadgate`` uses them under
@@ -50,22 +51,21 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
     MIN_REQUESTS_PER_ROUND,
     MIN_ROUNDS,
     MIX_COMBINATION,
-    ROUNDS_SCHEME,
+    TOO_FEW_REQUESTS,
     WIN,
     ReportInputError,
     _check_boot,
     bootstrap_median_ci,
-    bootstrap_mix_ci,
     bootstrap_ratio_ci,
     median,
-    mix_rate,
     round_log_means,
-    round_mix_ci,
     round_rate_ci,
     round_ratio_ci,
-    round_verdict,
     verdict,
 )
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm, _design, _predict
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._design import INCONCLUSIVE
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._predict import P_ESTIMATE, _config_k
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._run_check import check_run
 
 OK = "OK"
@@ -85,12 +85,11 @@ ELIGIBLE = (OK,)
 
 VACUOUS = "vacuous"
 METHODS = ("rounds", "request-bootstrap")
-DEFAULT_K = 3  # llama.cpp's default --spec-draft-n-max
-P_ESTIMATE = (
-    "p solves A(p, K) = measured mean accepted length (1 + accepted / drafts from /metrics deltas), "
-    "or, without /metrics, A(p, K) - 1 = acceptance * K; the plain p = acceptance would understate p "
-    "because acceptance falls with the draft position")
-
+SHAPE_SCHEME = (
+    "exploratory, one look at everything measured: per shape and metric the run's block design (rounds are "
+    "blocks, configs treatments) on the mean log rate of each config's round, residual variance pooled across "
+    "configs, and Dunnett's simultaneous interval against the baseline for the run's candidates; the "
+    "confirmatory verdict is the one on the run's endpoint (see confirmatory)")
 MEAN_LEN_METHOD = (
     "tokens committed per target pass: from /metrics deltas when every request of the shape carries one, "
     "1 + accepted_tokens / drafts over the rounds that drafted (llama.cpp's own mean len); otherwise from the "
@@ -230,23 +229,6 @@ def _compare_texts(requests: list[dict[str, Any]], ref: Mapping[tuple[str, Any],
             "first_divergence": first}
 
 
-def _config_k(config: Mapping[str, Any], deltas: list[Mapping[str, Any]]) -> tuple[int, str]:
-    """The draft depth K for the arithmetic, and where it came from."""
-    k = config.get("k")
-    if k is not None:
-        return be.check_k(k, f"configs.{config['name']}.k"), "given in the run's configs"
-    env = config.get("server_config") or {}
-    if isinstance(env, Mapping) and any(t.startswith("draft-") for t in (config.get("chain") or [])):
-        for name in ("LLAMA_ARG_SPEC_DRAFT_N_MAX", "LLAMA_ARG_DRAFT_MAX", "LLAMA_ARG_DRAFT_N_MAX"):
-            if str(env.get(name, "")).strip().isdigit() and int(env[name]) >= 1:
-                return int(env[name]), f"server_config {name}"
-    drafts = sum(int(d.get("drafts") or 0) for d in deltas)
-    tokens = sum(int(d.get("draft_tokens") or 0) for d in deltas)
-    if drafts and tokens:
-        return max(1, math.ceil(tokens / drafts - 1e-9)), "measured: draft_tokens / drafts, rounded up"
-    return DEFAULT_K, "default: llama.cpp's --spec-draft-n-max 3"
-
-
 def _positions_drafted(config: Mapping[str, Any], gathered: Mapping[str, Any], by_pos: list[float]) -> int:
     """How many draft positions were drafted: the deepest position that was ever accepted, or the depth K
     the config drafts to, whichever is deeper. llama-server exports a counter for every position up to
@@ -262,31 +244,8 @@ def _positions_drafted(config: Mapping[str, Any], gathered: Mapping[str, Any], b
     return min(len(by_pos), max(last, k))
 
 
-def _drafter_of(config: Mapping[str, Any]) -> str | None:
-    if config.get("drafter"):
-        return str(config["drafter"])
-    chain = config.get("chain") or []
-    return next((t for t in chain if t.startswith("draft-")), next((t for t in chain if t.startswith("ngram-")), None))
-
-
-def solve_p(mean_accepted_len: float, k: int) -> float:
-    """The per-position acceptance p with A(p, K) = mean accepted length (clamped to [0, 1])."""
-    k = be.check_k(k)
-    if mean_accepted_len <= 1.0:
-        return 0.0
-    if mean_accepted_len >= k + 1:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _dummy in range(100):
-        mid = 0.5 * (lo + hi)
-        if be.expected_accepted(mid, k) < mean_accepted_len:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
 def _status(cfg: dict[str, Any], is_baseline: bool, all_rounds: set[int]) -> tuple[str, list[str]]:
+    """The config's status; ``all_rounds`` are the rounds it should have (see :func:`_expected_rounds`)."""
     problems = list(cfg["problems"])
     for e in cfg["errors"]:
         kept = f" (kept the {e['partial_requests']} requests measured before it)" if e["partial_requests"] else ""
@@ -316,6 +275,16 @@ def _status(cfg: dict[str, Any], is_baseline: bool, all_rounds: set[int]) -> tup
     if not cfg["speculative"] and not cfg.get("knob"):
         return NEGATIVE_CONTROL, problems
     return OK, problems
+
+
+def _expected_rounds(run: Mapping[str, Any], design: Mapping[str, Any], cfg: Mapping[str, Any], is_baseline: bool,
+                     all_rounds: set[int]) -> set[int]:
+    """The rounds a config should have: every round of the run, but in a sequential run that did not stop early
+    a candidate the design stopped (or a look dropped) has its rounds up to its last one."""
+    if is_baseline or not design.get("sequential") or run.get("error"):
+        return all_rounds
+    own = {e["round"] for e in cfg["entries"]}
+    return {r for r in all_rounds if r <= max(own)} if own else all_rounds
 
 
 def _gather(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
@@ -359,7 +328,8 @@ def _gather(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: str, is_baseline: bool,
-         ref: Mapping[tuple[str, int], str], boot: dict[str, Any]) -> dict[str, Any]:
+         ref: Mapping[tuple[str, int], str], boot: dict[str, Any],
+         analysis: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     reqs = cfg["shape_requests"].get(shape, [])
     samples = _rate_samples(reqs)
     row: dict[str, Any] = {"config": cfg["name"], "shape": shape, "n_requests": len(samples),
@@ -401,11 +371,11 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["first_divergence"] = texts["first_divergence"]
 
     base_samples = _rate_samples(base["shape_requests"].get(shape, [])) if base else {}
+    _other_metrics(row, reqs, cfg["name"], analysis, is_baseline)
     if not is_baseline and samples and base_samples and boot["method"] == "rounds":
         rci = round_ratio_ci(samples, base_samples, alpha=boot["alpha"])
-        row.update(speedup=rci.ratio, ci_low=rci.low, ci_high=rci.high, ci_scheme=f"paired rounds, t df {rci.df}",
-                   n=rci.n, n_paired_rounds=rci.rounds, n_requests_per_round=rci.requests,
-                   ci_verdict=round_verdict(rci, boot["margin"]))
+        row.update(n=rci.n, n_paired_rounds=rci.rounds, n_requests_per_round=rci.requests, exploratory=True)
+        _analysed(row, (analysis or {}).get("decode", {}).get(cfg["name"]), rci.requests)
     elif not is_baseline and samples and base_samples:
         ci = bootstrap_ratio_ci(samples, base_samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
         row.update(speedup=ci.ratio, ci_low=ci.low, ci_high=ci.high, ci_scheme=ci.scheme)
@@ -413,6 +383,37 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
         row["ci_verdict"] = verdict(ci.low, ci.high) if enough else "too few requests"
     row["verdict"] = _row_verdict(row, status, is_baseline, bool(base_samples))
     return row
+
+
+def _analysed(row: dict[str, Any], a: Mapping[str, Any] | None, fewest: int) -> None:
+    """A row's speedup, simultaneous interval and verdict from the shape's block-design analysis."""
+    if a is None:
+        row.update(ci_verdict=INCONCLUSIVE, why="no comparison: no round shared with the baseline")
+        return
+    row.update(speedup=a["ratio"], ci_low=a["low"], ci_high=a["high"], noise=a["noise"], mde=a["mde"],
+               ci_scheme=f"block design over rounds, Dunnett c {a['c']:.2f}, df {a['df']}" if a["low"] else None,
+               ci_verdict=a["verdict"])
+    if a.get("why"):
+        row["why"] = a["why"]
+    if fewest < MIN_REQUESTS_PER_ROUND:
+        row.update(ci_verdict=INCONCLUSIVE, why=f"{TOO_FEW_REQUESTS}: a round has {fewest} request(s) on one side")
+
+
+def _other_metrics(row: dict[str, Any], reqs: list[dict[str, Any]], name: str,
+                   analysis: Mapping[str, Mapping[str, Any]] | None, is_baseline: bool) -> None:
+    """End-to-end tok/s and time to first token beside decode, judged the same way (``_confirm``)."""
+    for metric in ("e2e", "ttft"):
+        rates = [x for x in (_confirm.request_rate(r, metric) for r in reqs) if x]
+        cell: dict[str, Any] = {"value": None, "speedup": None, "ci_low": None, "ci_high": None,
+                                "verdict": None, "noise": None, "mde": None}
+        if rates:
+            geo = math.exp(sum(math.log(x) for x in rates) / len(rates))
+            cell["value"] = geo if metric == "e2e" else 1000.0 / geo  # tok/s, or ms to the first token
+        a = (analysis or {}).get(metric, {}).get(name)
+        if a is not None and not is_baseline:
+            cell.update(speedup=a["ratio"], ci_low=a["low"], ci_high=a["high"], verdict=a["verdict"],
+                        noise=a["noise"], mde=a["mde"])
+        row[metric] = cell
 
 
 def _row_verdict(row: dict[str, Any], status: str, is_baseline: bool, has_base: bool) -> str:
@@ -469,67 +470,6 @@ def drafter_probes(configs: Sequence[Mapping[str, Any]], baseline: str) -> dict[
     return out
 
 
-def _prediction(cfg: dict[str, Any], config: Mapping[str, Any], shape: str, row: dict[str, Any],
-                base_row: dict[str, Any], d_s_ms: Any, probe: Mapping[str, Any] | None = None
-                ) -> dict[str, Any] | None:
-    reqs = cfg["shape_requests"].get(shape, [])
-    if not row["median_tok_s"] or not base_row or not base_row.get("median_tok_s"):
-        return None
-    deltas = [r["metrics_delta"] for r in reqs if isinstance(r.get("metrics_delta"), Mapping)]
-    k, k_source = _config_k(config, deltas)
-    drafter = _drafter_of(config)
-    try:
-        passes = be.draft_passes_for(drafter, k)
-    except be.BreakevenError:
-        passes = k
-    measured_len = row["mean_accepted_len"] if row["mean_accepted_len_source"].startswith("metrics") else None
-    if measured_len is not None:
-        p = solve_p(measured_len, k)
-        p_source = "A(p, K) = 1 + accepted / drafts (metrics)"
-    else:
-        acc = row["acceptance"] or 0.0
-        p = solve_p(1.0 + acc * k, k)
-        p_source = "A(p, K) - 1 = acceptance * K (per-request counters)"
-    base_commit = base_row.get("mean_accepted_len") or 1.0
-    t_s = be.target_step_from_rate(base_row["median_tok_s"], max(1.0, base_commit))
-    a = be.expected_accepted(p, k)
-    out: dict[str, Any] = {
-        "config": cfg["name"], "shape": shape, "k": k, "k_source": k_source, "drafter": drafter,
-        "draft_passes": passes, "p": p, "p_source": p_source, "expected_accepted": a,
-        "t_s_ms": t_s, "measured_tok_s": row["median_tok_s"], "measured_speedup": row["speedup"],
-        "ci_low": row["ci_low"], "ci_high": row["ci_high"], "baseline_tok_s": base_row["median_tok_s"],
-        "t_s_source": (f"measured: the baseline on {shape}, 1000 / ({base_row['median_tok_s']:.1f} tok/s / "
-                       f"{max(1.0, base_commit):.2f} tokens per pass)"),
-    }
-    d_s = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
-    if passes == 0:
-        d_s, out["d_s_source"] = 0.0, "n-gram lookup: no drafter passes"
-    elif probe is not None:
-        # measured on this host beats any number from inventory
-        d_s = 1000.0 / probe["shapes"][shape]["median_tok_s"]
-        out["d_s_source"] = (f"measured: {probe['name']} (the draft model served alone) on {shape}, "
-                             f"1000 / {probe['shapes'][shape]['median_tok_s']:.1f} tok/s")
-        out["d_s_given_ms"] = d_s_ms.get(cfg["name"]) if isinstance(d_s_ms, Mapping) else d_s_ms
-    elif d_s is not None:
-        d_s, out["d_s_source"] = be.check_positive("d_s_ms", d_s, "ms"), "given (inventory), not measured"
-    if d_s is not None:
-        predicted = be.rate(p, k, d_s, t_s, draft_passes=passes)
-        # what verifying K+1 tokens cost, in target steps, if d_s is right: the arithmetic assumes 1.1 (a GPU
-        # verifies a short batch for about the price of one step); a CPU pays more per extra token
-        implied_verify = (1000.0 * a / row["median_tok_s"] - passes * d_s) / t_s if t_s > 0 else None
-        out.update(d_s_ms=d_s, predicted_tok_s=predicted, predicted_speedup=predicted / base_row["median_tok_s"],
-                   implied_d_s_ms=None, implied_verify_steps=implied_verify)
-    else:
-        # the d_s at which the arithmetic reproduces the measured rate
-        implied = (1000.0 * a / row["median_tok_s"] - be.VERIFY_FACTOR * t_s) / passes
-        out.update(d_s_ms=None, d_s_source="not given: implied by the measured rate", predicted_tok_s=None,
-                   predicted_speedup=None, implied_d_s_ms=implied)
-        if implied < 0:
-            out["note"] = ("measured faster than the arithmetic allows even at d_s = 0: verification costs "
-                           "less than 1.1 target steps here, or K is smaller than assumed")
-    return out
-
-
 def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot: int = 2000, seed: int = 0,
           alpha: float = 0.05, method: str = "rounds", margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
     """Every verdict of a run: per config a status, per shape a row, the prediction and a recommendation.
@@ -567,15 +507,20 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
             if g.get("lossy"):
                 g["texts"] = _quality.as_lossy(g["texts"])
 
+    design = _confirm.design_of(run, len(all_rounds))
+    family = [c["name"] for c in run["configs"] if c["name"] != baseline_name and c["name"] not in probes]
+    per_shape = ({s: _confirm.shape_analysis(gathered, baseline_name, family, s, design) for s in shapes}
+                 if method == "rounds" else {})
     configs: dict[str, Any] = {}
     for c in run["configs"]:
         g = gathered[c["name"]]
         is_base = c["name"] == baseline_name
-        status, problems = _status(g, is_base, all_rounds)
+        status, problems = _status(g, is_base, _expected_rounds(run, design, g, is_base, all_rounds))
         load_gate = _loadgate.config_gate(g["entries"])  # texts under concurrent load (issue 13)
         status, problems = _loadgate.judge_status(status, problems, load_gate, is_base,
                                                   {"FAILED": FAILED, "INVALID": INVALID})
-        rows = {s: _row(g, s, base if base["requests"] else None, status, is_base, ref, boot) for s in shapes}
+        rows = {s: _row(g, s, base if base["requests"] else None, status, is_base, ref, boot, per_shape.get(s))
+                for s in shapes}
         for s, r in rows.items():
             if r["should_draft"] and r["engaged"] is False and status not in (NOT_ENGAGED, FAILED):
                 problems.append(f"drafted nothing on {s}, where {','.join(g['chain'])} should draft")
@@ -617,7 +562,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                            f"speedups rest on partial baseline data and no recommendation is made")
     for name, j in configs.items():
         if j["status"] == NEGATIVE_CONTROL:
-            moved = [s for s, r in j["shapes"].items() if r["ci_verdict"] in (WIN, LOSS)]
+            moved = [s for s, r in j["shapes"].items() if r["ci_verdict"] in (WIN, LOSS, _design.WIN, _design.LOSS)]
             if moved:
                 warnings.append(f"the negative control {name!r} differs from the baseline on {', '.join(moved)} "
                                 f"without drafting: that difference is noise, drift or another knob, not speculation; "
@@ -630,6 +575,7 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                         f"production is not safe at this concurrency either")
 
     prediction = []
+    base_costs = _predict.batch_costs(gathered[baseline_name])
     for c in run["configs"]:
         j = configs[c["name"]]
         if j["role"] != "speculative" or j["status"] not in (OK, INCOMPLETE):
@@ -639,7 +585,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
                 continue  # nothing drafted: no acceptance to predict from
             probe = next((configs[n] for n, served in probes.items() if c["name"] in served
                           and configs[n]["shapes"].get(s, {}).get("median_tok_s")), None)
-            p = _prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms, probe)
+            p = _predict.prediction(gathered[c["name"]], c, s, j["shapes"][s], base_judged["shapes"].get(s), d_s_ms,
+                                    probe, base_costs, _predict.batch_costs(gathered[probe["name"]]) if probe else None)
             if p is not None:
                 prediction.append(p)
 
@@ -651,91 +598,16 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         "warnings": warnings, "run_error": run.get("error"), "mix": run["mix"],
         "bootstrap": {"n": n_boot, "seed": seed, "alpha": alpha, "scheme": BOOTSTRAP_SCHEME,
                       "min_requests": MIN_REQUESTS},
-        "statistics": {"method": method, "alpha": alpha, "margin": boot["margin"],
-                       "scheme": ROUNDS_SCHEME if method == "rounds" else BOOTSTRAP_SCHEME,
+        "statistics": {"method": method, "alpha": design["alpha"] if method == "rounds" else alpha,
+                       "margin": design["margin"] if method == "rounds" else 0.0,
+                       "scheme": SHAPE_SCHEME if method == "rounds" else BOOTSTRAP_SCHEME,
                        "min_rounds": MIN_ROUNDS if method == "rounds" else 1,
                        "min_requests_per_round": MIN_REQUESTS_PER_ROUND if method == "rounds" else None,
                        "min_requests": None if method == "rounds" else MIN_REQUESTS},
         "method": {"mix": MIX_COMBINATION, "p": P_ESTIMATE,
                    "mean_accepted_len": MEAN_LEN_METHOD},
     }
-    judged["recommendation"] = recommend(judged, gathered, boot)
+    judged["design"] = design
+    judged["confirmatory"] = _confirm.confirmatory(judged, gathered, design)
+    judged["recommendation"] = _confirm.recommend(judged)
     return judged
-
-
-def recommend(judged: Mapping[str, Any], gathered: Mapping[str, Any], boot: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The config to run for the declared traffic mix, or None when no mix was declared.
-
-    Only OK configs are candidates (never INVALID, NOT ENGAGED, FAILED, INCOMPLETE or the negative
-    control); a candidate must beat the baseline over the mix with the whole interval above 1 (plus the
-    equivalence margin), judged with the same method as the per-shape verdicts (:func:`round_mix_ci`),
-    otherwise the recommendation is to keep the baseline.
-    """
-    mix = judged["mix"]
-    if not mix:
-        return None
-    baseline = judged["baseline"]
-    out: dict[str, Any] = {"mix": dict(mix), "weights_are": "shares of generated tokens per shape",
-                           "combination": MIX_COMBINATION, "config": None, "keep_baseline": False,
-                           "speedup": None, "ci_low": None, "ci_high": None, "candidates": [], "excluded": []}
-    unknown = [s for s in mix if s not in judged["shapes"]]
-    base_j = judged["configs"][baseline]
-    if unknown:
-        out["reason"] = (f"the mix names shape(s) {', '.join(unknown)} that no config measured "
-                         f"(measured: {', '.join(judged['shapes']) or 'none'}): no recommendation")
-        return out
-    missing = [s for s in mix if not base_j["shapes"][s]["n_requests"]]
-    if base_j["status"] != BASELINE or base_j["problems"] or missing:
-        out["reason"] = (f"the baseline {baseline!r} is {base_j['status']}"
-                         + (f" with problems ({'; '.join(base_j['problems'])})" if base_j["problems"] else "")
-                         + (f" and has no rate on {', '.join(missing)}" if missing else "")
-                         + ": no recommendation from partial baseline data")
-        return out
-    base_samples = {s: _rate_samples(gathered[baseline]["shape_requests"].get(s, [])) for s in mix}
-    for name, j in judged["configs"].items():
-        if name == baseline:
-            continue
-        if j["status"] in ELIGIBLE and (j.get("judging") or {}).get("judging") == _quality.LOSSY:
-            out["excluded"].append({"config": name, "status": j["status"], "reason": _quality.NOT_RECOMMENDED})
-            continue
-        if j["status"] not in ELIGIBLE:
-            reason = "; ".join(j["problems"]) or ("a control, not a candidate" if j["status"] == NEGATIVE_CONTROL
-                                                  else "measures a draft model's step, not a candidate"
-                                                  if j["status"] == DRAFTER_PROBE else j["status"])
-            out["excluded"].append({"config": name, "status": j["status"], "reason": reason})
-            continue
-        bad = [s for s in mix if j["shapes"][s]["verdict"] in ("not engaged", "invalid", "no data")]
-        if bad:
-            out["excluded"].append({"config": name, "status": j["status"],
-                                    "reason": f"not judged on {', '.join(bad)}"})
-            continue
-        samples = {s: _rate_samples(gathered[name]["shape_requests"].get(s, [])) for s in mix}
-        if boot.get("method", "rounds") == "rounds":
-            rci = round_mix_ci(samples, base_samples, mix, alpha=boot["alpha"])
-            out["candidates"].append({
-                "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["tok_s"] for s in mix}, mix),
-                "speedup": rci.ratio, "ci_low": rci.low, "ci_high": rci.high, "n": rci.n,
-                "verdict": round_verdict(rci, boot["margin"])})
-            continue
-        ci = bootstrap_mix_ci(samples, base_samples, mix, n=boot["n"], seed=f"{boot['seed']}:{name}:mix",
-                              alpha=boot["alpha"])
-        enough = all(len(samples[s]) >= MIN_REQUESTS and len(base_samples[s]) >= MIN_REQUESTS for s in mix)
-        out["candidates"].append({
-            "config": name, "mix_tok_s": mix_rate({s: j["shapes"][s]["median_tok_s"] for s in mix}, mix),
-            "speedup": ci.ratio, "ci_low": ci.low, "ci_high": ci.high, "n": f"{len(samples)} requests",
-            "verdict": verdict(ci.low, ci.high) if enough else "too few requests"})
-    out["baseline_mix_tok_s"] = mix_rate({s: base_j["shapes"][s]["tok_s"] for s in mix}, mix)
-    winners = [c for c in out["candidates"] if c["verdict"] == WIN]
-    if winners:
-        best = max(winners, key=lambda c: c["speedup"])
-        out.update(config=best["config"], speedup=best["speedup"], ci_low=best["ci_low"], ci_high=best["ci_high"],
-                   n=best["n"],
-                   reason=(f"{best['config']} is {best['speedup']:.2f}x the baseline over this mix "
-                           f"[{best['ci_low']:.2f}, {best['ci_high']:.2f}] (n {best['n']}), the fastest config "
-                           f"whose whole interval lies above 1" + (f" + {boot['margin']:g}" if boot.get("margin")
-                                                                   else "")))
-    else:
-        out.update(config=baseline, keep_baseline=True,
-                   reason="no eligible config beats the baseline over this mix with its whole interval above 1: "
-                          "keep the baseline")
-    return out

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality, _stats, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality, _traffic
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
@@ -65,6 +65,8 @@ def build_document(run: Any, judged: Mapping[str, Any], environment: Mapping[str
             verdicts.append({"config": name, "shape": shape, "status": j["status"], "verdict": r["verdict"],
                              "ci_verdict": r["ci_verdict"], "n": r.get("n"), "median_tok_s": r["median_tok_s"],
                              "speedup": r["speedup"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                             "noise": r.get("noise"), "mde": r.get("mde"), "exploratory": True,
+                             "e2e": r.get("e2e"), "ttft": r.get("ttft"),
                              "lossless": r["lossless"], "engaged": r["engaged"]})
     env = dict(checked.get("environment") or {})
     env.update(environment or {})
@@ -82,7 +84,27 @@ def build_document(run: Any, judged: Mapping[str, Any], environment: Mapping[str
         "entries": checked["entries"],
         "judged": dict(judged),
         "verdicts": verdicts,
+        "confirmatory": confirmatory_section(judged),
         "recommendation": judged["recommendation"],
+    }
+
+
+def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
+    """report.json's ``confirmatory`` object (contract C3): the run's one endpoint, its weights and method, every
+    candidate's verdict with its interval, noise and smallest findable effect, and the recommendation."""
+    conf = judged.get("confirmatory") or {}
+    keys = ("verdict", "ratio", "low", "high", "mde", "noise")
+    extra = ("rounds", "look", "stopped", "why", "df", "status")
+    return {
+        "endpoint": conf.get("endpoint"), "weights": conf.get("weights") or {}, "method": conf.get("method"),
+        "alpha": conf.get("alpha"),
+        "verdicts": {n: {**{k: v.get(k) for k in keys}, **{k: v[k] for k in extra if k in v}}
+                     for n, v in (conf.get("verdicts") or {}).items()},
+        "recommendation": conf.get("recommendation"),
+        "weights_from": conf.get("weights_from"), "margin": conf.get("margin"),
+        "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
+        "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
+        "why": conf.get("why"),
     }
 
 
@@ -160,7 +182,8 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
                f"finished {document.get('finished') or '-'}.")
     if document.get("run_error"):
         out += ["", f"> **The run stopped early:** {document['run_error']}. The results below are partial."]
-    _section(out, "Verdicts", _overview(j))
+    _section(out, "Confirmatory verdict", _confirmatory(j))
+    _section(out, "Verdicts per shape (exploratory)", _overview(j))
     _section(out, "Status", _status_section(j))
     for shape in j["shapes"]:
         _section(out, f"Shape: {shape}", _shape_table(j, shape))
@@ -200,8 +223,47 @@ def _overview(j: Mapping[str, Any]) -> list[str]:
             text = r["verdict"] if r["speedup"] is None else f"{r['verdict']} {r['speedup']:.2f}x"
             cells.append(f"{text} (n {r['n']})" if r.get("n") and name != j["baseline"] else text)
         rows.append(cells)
-    return [*_table(header, rows), "", "n = rounds x requests per side per round (the fewest in any round); "
-            "each round is one server start per config."]
+    return [*_table(header, rows), "", "Decode speedups per shape, exploratory (the confirmatory verdict is above). "
+            "n = rounds x requests per side per round (the fewest in any round); each round is one server start "
+            "per config."]
+
+
+def _confirmatory(j: Mapping[str, Any]) -> list[str]:
+    conf = j.get("confirmatory") or {}
+    if not conf:
+        return ["No confirmatory analysis in this run."]
+    endpoint = {"e2e": "end-to-end tokens/s (the whole request: prompt processing, the draft's prefill, decode)",
+                "decode": "decode tokens/s (the server's decode timing)"}.get(conf["endpoint"], conf["endpoint"])
+    weights = ", ".join(f"{s} {w:.0%}" for s, w in conf["weights"].items()) or "none"
+    out = [f"One endpoint decides: **{endpoint}** over {conf['weights_from']} ({weights}), against the baseline "
+           f"{j['baseline']}. Family-wise false-WIN rate at most {conf['alpha']:g} across the run's candidates"
+           + (f" and its looks (a look after every round from 2 to {conf['max_rounds']})" if conf["sequential"]
+              else f" (one look after {conf.get('rounds_measured', '?')} rounds)")
+           + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}."]
+    if conf.get("why"):
+        return [*out, "", f"**No confirmatory verdict**: {conf['why']}."]
+    rows = []
+    for name, v in conf["verdicts"].items():
+        rows.append([name, v.get("status", "-"), f"**{v['verdict']}**",
+                     _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x") if v["ratio"] is not None else "-",
+                     _pct(v["noise"]), _num(v["mde"], "{:.2f}x"), v.get("rounds", "-"),
+                     {"win": "WIN", "loss": "LOSS", "futile": "futile"}.get(v.get("stopped") or "", "-")
+                     + (f" after round {v['look']}" if v.get("stopped") else ""), v.get("why") or ""])
+    out += ["", *_table(["config", "status", "verdict", "speedup [simultaneous interval]", "noise",
+                         "smallest findable", "rounds", "stopped", "note"], rows)]
+    pick = conf.get("recommendation")
+    out += ["", f"**Recommendation: {pick}**" if pick else
+            "**Recommendation: keep the baseline** (no eligible config has a WIN on this endpoint)."]
+    r = conf.get("restarts") or {}
+    if r.get("fixed_design") is not None:
+        out += ["", f"Server starts: {r['used']} used; a fixed design with {r['power']:.0%} power at "
+                    f"{r['effect']:g}x at this run's noise needs {r['fixed_rounds']} rounds, {r['fixed_design']} starts "
+                    f"({'saved ' + str(r['saved']) if r['saved'] >= 0 else 'used ' + str(-r['saved']) + ' more'})."]
+    elif r:
+        out += ["", f"Server starts: {r['used']} used ({r.get('why', '')})."]
+    out += ["", "noise: the pooled spread of one config's round value between server starts; smallest findable: "
+                "the speedup this run would have called a WIN with 80 % power."]
+    return out
 
 
 def _status_section(j: Mapping[str, Any]) -> list[str]:
@@ -253,19 +315,27 @@ def _status_section(j: Mapping[str, Any]) -> list[str]:
 
 
 def _shape_table(j: Mapping[str, Any], shape: str) -> list[str]:
-    header = ["config", "status", "tok/s [95 % CI]", "median tok/s", "speedup [95 % CI]", "acceptance",
-              "mean accepted len", "verdict", "n", "lossless", "engaged", "requests"]
+    header = ["config", "status", "decode tok/s [95 % CI]", "median tok/s", "decode speedup", "verdict", "noise",
+              "smallest findable", "e2e tok/s", "e2e speedup", "e2e verdict", "TTFT ms", "TTFT speedup",
+              "acceptance", "mean accepted len", "n", "lossless", "engaged", "requests"]
     rows = []
     for name in j["order"]:
         c = j["configs"][name]
         r = c["shapes"][shape]
         rate = r.get("tok_s", r["median_tok_s"])
+        e2e, ttft = r.get("e2e") or {}, r.get("ttft") or {}
         rows.append([name, c["status"], _ci(rate, r["tok_s_ci_low"], r["tok_s_ci_high"], "{:.1f}"),
                      _num(r["median_tok_s"], "{:.1f}"),
                      _ci(r["speedup"], r["ci_low"], r["ci_high"], "{:.2f}", "x") if r["speedup"] is not None else "-",
-                     _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r["verdict"], r.get("n") or "-",
+                     r["verdict"], _pct(r.get("noise")), _num(r.get("mde"), "{:.2f}x"),
+                     _num(e2e.get("value"), "{:.1f}"),
+                     _ci(e2e.get("speedup"), e2e.get("ci_low"), e2e.get("ci_high"), "{:.2f}", "x"),
+                     e2e.get("verdict") or "-", _num(ttft.get("value"), "{:.0f}"),
+                     _ci(ttft.get("speedup"), ttft.get("ci_low"), ttft.get("ci_high"), "{:.2f}", "x"),
+                     _pct(r["acceptance"]), _num(r["mean_accepted_len"]), r.get("n") or "-",
                      _lossless(r["lossless"], r), _engaged(r["engaged"]), r["n_requests"]])
-    return _table(header, rows)
+    return [*_table(header, rows), "", "Exploratory: one look at this shape, Dunnett's interval across the run's "
+            "candidates. TTFT speedup is the baseline's time to first token over the config's (above 1: sooner)."]
 
 
 def _load_tables(j: Mapping[str, Any]) -> list[str]:
@@ -343,12 +413,13 @@ def _prediction(j: Mapping[str, Any]) -> list[str]:
     rows = j["prediction"]
     if not rows:
         return ["No speculative config with measurements on both sides: nothing to predict."]
-    header = ["config", "shape", "K", "p", "t_s ms", "d_s ms", "predicted tok/s", "measured tok/s",
-              "measured / predicted", "predicted speedup", "measured speedup [95 % CI]"]
+    header = ["config", "shape", "K", "p", "t_s ms", "d_s ms", "verify (target steps)", "predicted tok/s",
+              "measured tok/s", "measured / predicted", "predicted speedup", "measured speedup [95 % CI]"]
     body = []
     for p in rows:
         d_s = _num(p["d_s_ms"]) if p["d_s_ms"] is not None else f"implied {_num(p['implied_d_s_ms'])}"
         body.append([p["config"], p["shape"], p["k"], _num(p["p"], "{:.3f}"), _num(p["t_s_ms"]), d_s,
+                     _num(p.get("verify_steps")),
                      _num(p["predicted_tok_s"], "{:.1f}"), _num(p["measured_tok_s"], "{:.1f}"),
                      _num(p["measured_tok_s"] / p["predicted_tok_s"] if p["predicted_tok_s"] else None),
                      _num(p["predicted_speedup"], "{:.2f}x"),
@@ -358,35 +429,40 @@ def _prediction(j: Mapping[str, Any]) -> list[str]:
                      + (f"{_num(p['d_s_ms'])} ms, {p['d_s_source']}" if p.get("d_s_ms") is not None
                         else p.get("d_s_source", "not given"))
                      for p in rows if p.get("t_s_source")})
+    notes += sorted({f"{p['config']}: verification {p['verify_source']}" for p in rows if p.get("verify_source")})
+    notes += sorted({f"{p['config']} on {p['shape']}: drafter {p['draft_source']}" for p in rows
+                     if p.get("draft_source")})
     notes += sorted({f"{p['config']} on {p['shape']}: {p['note']}" for p in rows if p.get("note")})
-    return (["The break-even arithmetic (round_time = passes * d_s + 1.1 * t_s, A = (1 - p^(K+1)) / (1 - p)) "
-             "fed with the measured acceptance and the baseline's step t_s = 1000 / (baseline tok/s / its "
-             "tokens per pass). d_s is measured when the run has a drafter probe (a config serving the draft "
-             "model alone), else taken from inventory; without either the table shows the d_s that the "
-             "measured rate implies. Where each input came from is listed below the table.", ""]
+    return (["The break-even arithmetic (round_time = drafter steps * d_s + verify steps * t_s, A = (1 - p^(K+1)) "
+             "/ (1 - p)) fed with the measured acceptance and the baseline's step t_s = 1000 / (baseline tok/s / its "
+             "tokens per pass). Verification is measured within the baseline's own start (a batch of K + 1 tokens "
+             "on a cached prefix, over a batch of 1); the drafter's step d_s and its prefill of the accepted tokens "
+             "on a drafter probe (a config serving the draft model alone), else d_s from inventory; without either "
+             "the table shows the d_s that the measured rate implies. Where each input came from is listed below "
+             "the table.", ""]
             + _table(header, body) + [""] + [f"- {n}" for n in notes])
 
 
 def _recommendation(j: Mapping[str, Any]) -> list[str]:
     rec = j["recommendation"]
     if not rec:
-        return ["No traffic mix declared: the per-shape tables are the answer. Declare a mix (a weight per shape: "
-                "its share of generated tokens) to get an overall recommendation."]
+        return ["No recommendation in this run."]
     mix = ", ".join(f"{s} {w:.0%}" for s, w in rec["mix"].items())
-    out = [f"Traffic mix: {mix} ({rec['weights_are']}; combined {rec['combination'].split(':')[0]})."]
+    out = [f"On the confirmatory endpoint ({rec.get('endpoint', '-')}): traffic mix {mix or 'none'} "
+           f"({rec.get('weights_from', rec['weights_are'])}; combined {rec['combination'].split(':')[0]})."]
     if rec["config"] is None:
         return [*out, "", f"**No recommendation**: {rec['reason']}."]
     if rec["keep_baseline"]:
         out += ["", f"**Keep the baseline ({rec['config']})**: {rec['reason']}."]
     else:
-        out += ["", f"**Recommended: {rec['config']}**, {rec['speedup']:.2f}x the baseline over this mix "
-                    f"[{rec['ci_low']:.2f}, {rec['ci_high']:.2f}]."]
+        out += ["", f"**Recommended: {rec['config']}**, {rec['speedup']:.2f}x the baseline "
+                    f"[{rec['ci_low']:.2f}, {rec['ci_high']:.2f}] (the estimate of the best of several candidates "
+                    f"runs high: expect a little less in production)."]
     if rec["candidates"]:
         out.append("")
-        out.extend(_table(["config", "mix tok/s", "speedup [95 % CI]", "verdict", "n"],
-                          [[c["config"], _num(c["mix_tok_s"], "{:.1f}"),
-                            _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"],
-                            c.get("n") or "-"]
+        out.extend(_table(["config", "speedup [simultaneous interval]", "verdict", "noise", "smallest findable", "n"],
+                          [[c["config"], _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"],
+                            _pct(c.get("noise")), _num(c.get("mde"), "{:.2f}x"), c.get("n") or "-"]
                            for c in rec["candidates"]]))
     if rec["excluded"]:
         out.append("")
@@ -399,12 +475,13 @@ def _method(j: Mapping[str, Any]) -> list[str]:
     st = j.get("statistics") or {"method": "request-bootstrap"}
     if st["method"] == "rounds":
         margin = st["margin"]
+        conf = j.get("confirmatory") or {}
         intervals = [
-            f"- Speedup intervals: {st['scheme']}; {100 * (1 - st['alpha']):.0f} % interval. Verdict: win when the "
-            f"whole interval lies above {1 + margin:g}, loss when it lies below {1 / (1 + margin):.3f} (a "
-            f"practical-equivalence margin of {100 * margin:g} %), otherwise no difference. Fewer than "
-            f"{st['min_rounds']} rounds gives \"{_stats.TOO_FEW_ROUNDS}\", fewer than "
-            f"{st['min_requests_per_round']} requests per side in a round \"{_stats.TOO_FEW_REQUESTS}\".",
+            f"- Confirmatory verdict: {conf.get('method', '-')}. WIN when the whole simultaneous interval lies above "
+            f"1, LOSS when below, EQUIVALENT when within 1 +- {margin:g}, otherwise INCONCLUSIVE "
+            f"(docs/statistics.md).",
+            f"- Per-shape speedups: {st['scheme']}. Fewer than {st['min_rounds']} rounds, or fewer than "
+            f"{st['min_requests_per_round']} requests per side in a round, gives INCONCLUSIVE.",
             "- Decode rate: each request's predicted_per_second (llama-server's timings); tok/s is the geometric "
             "mean over rounds of each round's geometric mean, with its t-interval over rounds; the median over "
             "requests is shown beside it."]
@@ -455,9 +532,13 @@ def history_record(document: Mapping[str, Any]) -> dict[str, Any]:
                        for s, r in c["shapes"].items()},
         }
     rec = document.get("recommendation")
+    conf = j.get("confirmatory") or {}
     return {"schema": HISTORY_SCHEMA, "run_id": document["run_id"], "host": document["host"],
             "time": document.get("finished") or document.get("started"), "baseline": j["baseline"],
-            "mix": j["mix"], "recommendation": rec["config"] if rec else None, "configs": configs}
+            "mix": j["mix"], "recommendation": rec["config"] if rec else None, "configs": configs,
+            "confirmatory": {"endpoint": conf.get("endpoint"), "recommendation": conf.get("recommendation"),
+                             "verdicts": {n: {k: v.get(k) for k in ("verdict", "ratio", "low", "high")}
+                                          for n, v in (conf.get("verdicts") or {}).items()}}}
 
 
 def history_line(document: Mapping[str, Any]) -> str:
@@ -468,7 +549,17 @@ def history_line(document: Mapping[str, Any]) -> str:
 def summary_lines(document: Mapping[str, Any]) -> list[str]:
     """The per-shape verdict table as plain lines, for playbook output and job stats."""
     j = document["judged"]
-    lines = ["shape | config | status | tok/s | speedup [95 % CI] | verdict | n"]
+    conf = j.get("confirmatory") or {}
+    lines = []
+    if conf:
+        lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}) | config | verdict | speedup "
+                     f"[simultaneous interval] | noise | smallest findable")
+        for name, v in conf["verdicts"].items():
+            stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
+            lines.append(" | ".join(["confirmatory", name, v["verdict"] + stopped,
+                                     _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
+                                     _num(v["mde"], "{:.2f}x")]))
+    lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")
     for shape in j["shapes"]:
         for name in j["order"]:
             c = j["configs"][name]
@@ -479,7 +570,7 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
     lines += _quality.summary_lines(j)
     rec = j["recommendation"]
     if rec is None:
-        lines.append("recommendation: none (declare a traffic mix to get one; the per-shape table is the answer)")
+        lines.append("recommendation: none")
     elif rec["config"] is None:
         lines.append(f"recommendation: none ({rec['reason']})")
     else:

@@ -218,3 +218,20 @@ def test_the_module_fails_cleanly_without_metrics(llama_server_bin, standard_mod
             spec_bench.main()
         out = json.loads(capsys.readouterr().out)
         assert out["bench"]["requests"][0]["metrics_delta"] is None
+
+
+def test_end_to_end_and_the_verification_cost_measured_within_the_start(llama_server_bin, standard_models, tmp_path):
+    """Each request's end-to-end rate and time to first token; a batch of K + 1 tokens timed on a cached prefix."""
+    with server_for(llama_server_bin, standard_models, tmp_path, "plain") as server:
+        bench = ep.run_bench(server.url, shapes=["prose"], prompts_per_shape=2, repeats=1, warmup=1, sizes=SIZES,
+                             verify_k=[2, 4])
+    for rec in bench["requests"]:
+        # the whole request as the client saw it: slower than the decode timing alone (the prompt is processed too)
+        assert 0 < rec["e2e_tok_s"] < rec["predicted_per_second"]
+        assert rec["e2e_tok_s"] == pytest.approx(rec["predicted_n"] / rec["wall_s"])
+        assert 0 < rec["ttft_s"] < rec["wall_s"]
+    verify = bench["verify"]
+    assert verify["k"] == [2, 4] and set(verify["batches"]) == {"1", "3", "5"}
+    assert all(ms > 0 for ms in verify["batches"].values()) and verify["notes"] == []
+    assert verify["step_ms"] == verify["batches"]["1"]
+    assert all(len(v) == 5 for v in verify["samples"].values())  # every batch was processed as exactly b tokens

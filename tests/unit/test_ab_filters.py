@@ -4,13 +4,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ab_runs import make_run
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.filter.ab import (
     ab_env,
     ab_expand,
+    ab_look,
     ab_render,
     ab_report_configs,
+    ab_round,
     ab_schedule,
     spec_counters,
 )
@@ -59,35 +62,69 @@ def test_sweep_values_follow_the_env_file_rules() -> None:
         ab_expand([{"name": "baseline"}, {"name": "bad", "sweep": {"LLAMA-ARG": [1]}}])
 
 
-def test_schedule_rotates_and_includes_the_baseline_every_round() -> None:
-    plan = ab_schedule(["baseline", "a", "b"], 3)
-    rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(3)]
-    assert rounds == [["baseline", "a", "b"], ["a", "b", "baseline"], ["b", "baseline", "a"]]
-    assert all(sorted(r) == ["a", "b", "baseline"] for r in rounds)
+def test_schedule_is_every_config_every_round_on_a_fresh_start_in_a_seeded_order() -> None:
+    plan = ab_schedule(["baseline", "a", "b", "c"], 40, "baseline", 7)
+    rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(40)]
+    assert all(sorted(r) == ["a", "b", "baseline", "c"] for r in rounds)
+    assert all(p["restart"] for p in plan)
+    # the same seed repeats the plan, another seed gives another
+    assert ab_schedule(["baseline", "a", "b", "c"], 40, "baseline", 7) == plan
+    assert ab_schedule(["baseline", "a", "b", "c"], 40, "baseline", 8) != plan
+    # never the same candidate twice in a row, not even across a round's boundary: a start is never shared (the
+    # baseline's slot restarts production itself, so it may follow itself)
+    flat = [p["config"] for p in plan]
+    assert all(x != y or x == "baseline" for x, y in zip(flat, flat[1:]))
+    assert [p["baseline"] for p in plan] == [p["config"] == "baseline" for p in plan]
+    # with two configs, both orders still occur (a rule against the baseline following itself would fix them)
+    two = ab_schedule(["baseline", "d"], 20, "baseline", 5)
+    orders = {tuple(p["config"] for p in two if p["round"] == r) for r in range(20)}
+    assert orders == {("baseline", "d"), ("d", "baseline")}
+    # positions balance: over 40 rounds every config takes every position (a rotation by one never gave the
+    # baseline the first slot of round 1 with 3 rounds and 4 configs)
+    for name in ("baseline", "a", "b", "c"):
+        assert {r.index(name) for r in rounds} == {0, 1, 2, 3}
     with pytest.raises(AnsibleFilterError):
         ab_schedule(["baseline"], 0)
 
 
-def test_configs_with_one_server_side_run_together_and_restart_once() -> None:
+def test_configs_with_one_server_side_never_follow_each_other() -> None:
     draft = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}
     configs = [{"name": "baseline", "env": {}},
                {"name": "a", "env": dict(draft, LLAMA_ARG_SPEC_DRAFT_N_MAX="3")},
                {"name": "b", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
-               # the same server side as a once rendered, under another name: no restart between them
+               # the same server side as a once rendered, under another name: applied over a, it would not restart
                {"name": "a-twin", "env": dict(draft, LLAMA_ARG_SPEC_DRAFT_N_MAX=3)}]
-    plan = ab_schedule(configs, 3)
-    rounds = [[p["config"] for p in plan if p["round"] == r] for r in range(3)]
-    assert rounds == [["baseline", "a", "a-twin", "b"], ["a", "a-twin", "b", "baseline"],
-                      ["b", "baseline", "a", "a-twin"]]
-    assert [p["order"] for p in plan if p["round"] == 1] == [0, 1, 2, 3]
-    # production serves when the run starts: its slot needs no restart; a-twin follows a on one server
-    restarts = [(p["round"], p["config"]) for p in plan if p["restart"]]
-    assert restarts == [(0, "a"), (0, "b"), (1, "a"), (1, "b"), (1, "baseline"), (2, "b"), (2, "baseline"),
-                        (2, "a")]
-    distinct = len({p["server"] for p in plan})
-    assert distinct == 3 and len(restarts) <= distinct * 3
-    # names alone: every config is its own server side
-    assert [p["restart"] for p in ab_schedule(["baseline", "x"], 1)] == [False, True]
+    plan = ab_schedule(configs, 12, "baseline", 1)
+    assert len({p["server"] for p in plan}) == 3
+    servers = [p["server"] for p in plan]
+    assert all(x != y for x, y in zip(servers, servers[1:]))
+
+
+def test_a_round_keeps_the_configs_still_measured_and_their_starts_apart() -> None:
+    plan = ab_schedule(["baseline", "a", "b", "c"], 3, "baseline", 3)
+    round1 = [p["config"] for p in plan if p["round"] == 1]
+    kept = ab_round(plan, 1, ["baseline", "b", "c"])
+    assert [p["config"] for p in kept] == [n for n in round1 if n != "a"]
+    assert [p["order"] for p in kept] == [0, 1, 2]
+    # the first slot would repeat the server measured last: it moves
+    first = kept[0]
+    moved = ab_round(plan, 1, ["baseline", "b", "c"], first["server"])
+    assert moved[0]["config"] != first["config"] and sorted(p["config"] for p in moved) == ["b", "baseline", "c"]
+
+
+def test_the_look_after_a_round_drops_decided_and_never_winning_configs() -> None:
+    drafter = {"chain": ["draft-simple"], "draft": (30, 20)}
+    run = make_run({"baseline": {}, "fast": dict(drafter, speedup=2.0, start={0: 1.0, 1: 1.01}),
+                    "maybe": dict(drafter, speedup=1.15, start={0: 1.25, 1: 0.85}),
+                    "lazy": {"chain": ["draft-simple"], "speedup": 1.0}}, rounds=2)
+    run["design"] = {"max_rounds": 5, "sequential": True}
+    look = ab_look(run)
+    assert look["decided"] == {"fast": "win"}
+    assert look["dropped"] == {"lazy": "NOT ENGAGED"}
+    assert look["active"] == ["baseline", "maybe"] and look["stop"] is False
+    assert any("fast WIN (win)" in line for line in look["lines"])
+    run["design"]["max_rounds"] = 2
+    assert ab_look(run) == dict(ab_look(run), active=[], stop=True)
 
 
 PRODUCTION = {"LLAMA_ARG_MODEL": "/m/t.gguf", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf",

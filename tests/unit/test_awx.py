@@ -57,6 +57,23 @@ def test_job_templates_name_playbooks_and_variables_that_exist(rendered: dict) -
     assert promote["specdec_promote_config"]["required"] is True
 
 
+def test_the_ab_survey_defaults_are_the_roles_and_its_minimums_the_methods(rendered: dict) -> None:
+    import yaml
+
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design
+
+    defaults = yaml.safe_load((ROOT / "roles" / "spec_ab" / "defaults" / "main.yml").read_text())
+    survey = {q["variable"]: q for t in rendered["job_templates"] if t["name"] == "specdec A/B" for q in t["survey"]}
+    assert set(survey) == {"spec_ab_max_rounds", "spec_ab_prompts_per_shape", "spec_ab_judge_on"}
+    for name, question in survey.items():
+        assert question["default"] == defaults[name], name
+    assert survey["spec_ab_max_rounds"]["min"] == _design.FIRST_LOOK
+    assert survey["spec_ab_prompts_per_shape"]["min"] == _stats.MIN_REQUESTS_PER_ROUND
+    assert survey["spec_ab_judge_on"]["choices"].split("\n") == ["e2e", "decode"]
+    assert defaults["spec_ab_max_rounds"] == _design.MAX_ROUNDS
+
+
 def test_workflow_puts_an_approval_between_ab_and_promote(rendered: dict) -> None:
     nodes = {n["identifier"]: n for n in rendered["workflow"]["nodes"]}
     assert nodes["ab"]["unified_job_template"]["name"] == "specdec A/B"

@@ -8,6 +8,7 @@ import pytest
 from ab_runs import make_run
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design as ds
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
@@ -53,19 +54,21 @@ def _aa_run(seed: int, rounds: int = 3) -> dict:
                     rounds=rounds, prompts=2, repeats=2)
 
 
-def test_an_aa_twin_with_start_to_start_spread_is_no_difference_where_the_bootstrap_called_it():
-    new_calls = old_calls = 0
+def test_an_aa_twin_with_start_to_start_spread_is_rarely_called_where_the_bootstrap_called_it():
+    new_runs = old_calls = 0
     shapes = 0
     for seed in range(20):
         run = _aa_run(seed)
-        new = jd.judge(run, n_boot=200)["configs"]["twin"]["shapes"]
+        judged = jd.judge(run, n_boot=200)
         old = jd.judge(run, n_boot=200, method="request-bootstrap")["configs"]["twin"]["shapes"]
-        shapes += len(new)
-        new_calls += sum(r["verdict"] in (st.WIN, st.LOSS) for r in new.values())
+        shapes += len(old)
         old_calls += sum(r["verdict"] in (st.WIN, st.LOSS) for r in old.values())
+        # the start is the replicate: every shape of a run moves with its starts, so count runs
+        new_runs += judged["confirmatory"]["verdicts"]["twin"]["verdict"] in (ds.WIN, ds.LOSS)
     # requests inside a start move together: the request bootstrap sees the starts' spread as a speedup
     assert old_calls > shapes // 4
-    assert new_calls <= shapes * 0.05
+    # a 5 % false WIN and a 5 % false LOSS rate: 2 of these 20 runs (benchmarks/calibration.py counts thousands)
+    assert new_runs <= 3
 
 
 def test_a_real_speedup_still_wins_through_the_start_to_start_spread():
@@ -73,18 +76,19 @@ def test_a_real_speedup_still_wins_through_the_start_to_start_spread():
     start = {r: math.exp(rng.gauss(0.0, 0.05)) for r in range(3)}
     run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.8, start=start)}, rounds=3)
     for row in jd.judge(run, n_boot=200)["configs"]["d"]["shapes"].values():
-        assert row["verdict"] == st.WIN and row["ci_low"] > 1.0 and row["n"] == "3x4"
+        assert row["verdict"] == ds.WIN and row["ci_low"] > 1.0 and row["n"] == "3x4"
 
 
-def test_the_equivalence_margin_keeps_a_sliver_from_being_called():
-    # a steady 1 % speedup: the interval is tight and above 1, but within the margin
-    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.01)}, rounds=3)
+def test_a_sliver_is_equivalent_within_the_margin_and_inconclusive_with_a_tighter_one():
+    # a 1 % speedup measured through 1-2 % start-to-start spread: the interval straddles 1, inside 1 +- 5 %
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.01, start={0: 1.0, 1: 1.02, 2: 0.995})}, rounds=3)
     row = jd.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
-    assert row["ci_low"] > 1.0 and row["verdict"] == st.NO_DIFFERENCE
-    row = jd.judge(run, n_boot=200, margin=0.0)["configs"]["d"]["shapes"]["prose"]
-    assert row["verdict"] == st.WIN
+    assert row["ci_low"] < 1.0 < row["ci_high"] and row["verdict"] == ds.EQUIVALENT
+    run["design"] = {"margin": 0.01, "sequential": False}
+    row = jd.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
+    assert row["verdict"] == ds.INCONCLUSIVE and row["mde"] > 1.0 and row["noise"] > 0.0
     slow = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=0.9)}, rounds=3)
-    assert jd.judge(slow, n_boot=200)["configs"]["d"]["shapes"]["prose"]["verdict"] == st.LOSS
+    assert jd.judge(slow, n_boot=200)["configs"]["d"]["shapes"]["prose"]["verdict"] == ds.LOSS
 
 
 def test_the_mix_recommendation_uses_the_rounds_and_shows_n():
@@ -94,11 +98,12 @@ def test_the_mix_recommendation_uses_the_rounds_and_shows_n():
                     "twin": {"start": {0: 1.08, 1: 0.95, 2: 1.03}, "server_config": {"SPECDEC_TWIN": "1"}}},
                    rounds=3, mix={"prose": 0.5, "echo": 0.5})
     rec = jd.judge(run, n_boot=200)["recommendation"]
-    assert rec["config"] == "d" and rec["n"] == "3x4" and rec["ci_low"] > 1.0
+    assert rec["config"] == "d" and rec["ci_low"] > 1.0
+    assert [(c["config"], c["n"]) for c in rec["candidates"]] == [("d", "3 rounds")]
     # with one round nothing can be recommended: keep the baseline
     one = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5)}, rounds=1, mix={"prose": 1.0})
     rec = jd.judge(one, n_boot=200)["recommendation"]
-    assert rec["keep_baseline"] and rec["candidates"][0]["verdict"] == st.TOO_FEW_ROUNDS
+    assert rec["keep_baseline"] and rec["candidates"][0]["verdict"] == ds.INCONCLUSIVE
 
 
 def test_judge_refuses_an_unknown_method_or_margin():

@@ -83,7 +83,7 @@ def test_hosts_of_one_family_with_the_same_answer_agree(fast):
     assert doc["disagreeing"] == []
     picks = {h["host"]: h["picks"] for h in doc["hosts"]}
     # draft-n3 is 1.6x on prose and 1.4x on echo in the measured run: it wins there, the baseline stays elsewhere
-    assert picks["a"]["prose"]["config"] == "draft-n3" and picks["a"]["prose"]["verdict"] == "win"
+    assert picks["a"]["prose"]["config"] == "draft-n3" and picks["a"]["prose"]["verdict"] == "WIN"
     assert picks["a"]["identity"] == {"config": "baseline", "verdict": "keep", "speedup": None}
     assert doc["hosts"][0]["recommendation"] == "draft-n3"
 
@@ -96,7 +96,7 @@ def test_a_host_where_the_winner_loses_flags_its_family(fast):
     assert fam["state"] == _fleet.DISAGREE and doc["disagreeing"] == ["gpu_x"]
     text = "\n".join(fam["disagreements"])
     assert "prose: a picks draft-n3 (win 1.6" in text and "b picks baseline" in text
-    assert "draft-n3 on prose contradicts: a win, b loss" in text
+    assert "draft-n3 on prose contradicts: a WIN, b LOSS" in text
     assert family(doc, "gpu_y")["state"] == _fleet.ONE_HOST
     md = _fleet.markdown(doc)
     assert "## gpu_x: DISAGREE" in md and "**Families whose hosts disagree: gpu_x**" in md
@@ -241,7 +241,7 @@ def test_the_action_writes_the_report_is_idempotent_and_check_mode_writes_nothin
     assert out["changed"] is True and out["report_dir"] == str(report_dir)
     assert sorted(p.name for p in report_dir.iterdir()) == ["fleet.json", "fleet.md", "fleet_picks.png"]
     assert json.loads((report_dir / "fleet.json").read_text())["disagreeing"] == ["gpu_x"]
-    assert out["summary"][0].startswith("gpu_x: DISAGREE (a, b): recommendation over the mix: a draft-n3, b baseline; "
+    assert out["summary"][0].startswith("gpu_x: DISAGREE (a, b): recommendation: a draft-n3, b baseline; "
                                         "prose: a picks draft-n3")
     assert ansible_playbook(["play.yml"], action_dir).returncode == 0
     assert json.loads((action_dir / "out.json").read_text())["changed"] is False

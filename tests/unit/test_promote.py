@@ -31,6 +31,15 @@ REPORT = {
         {"config": "broken", "shape": "echo", "status": "INVALID", "verdict": "invalid", "median_tok_s": 50.0,
          "speedup": 2.0, "ci_low": 1.9, "ci_high": 2.1},
     ],
+    # the run's one confirmatory endpoint (report.json's C3 section): what the promotion gate reads
+    "confirmatory": {"endpoint": "e2e", "weights": {"echo": 1.0}, "method": "block design", "alpha": 0.05,
+                     "recommendation": "ngram-mod",
+                     "verdicts": {"ngram-mod": {"verdict": "WIN", "ratio": 1.6, "low": 1.45, "high": 1.77,
+                                                "mde": 1.1, "noise": 0.03},
+                                  "draft-n7": {"verdict": "LOSS", "ratio": 0.8, "low": 0.7, "high": 0.9,
+                                               "mde": 1.1, "noise": 0.03},
+                                  "broken": {"verdict": "WIN", "ratio": 2.0, "low": 1.9, "high": 2.1,
+                                             "mde": 1.1, "noise": 0.03}}},
 }
 CURRENT = "# production\nLLAMA_ARG_PORT=8080\nLLAMA_ARG_SPEC_DRAFT_N_MAX=3\nLLAMA_ARG_CTX_SIZE=4096\n"
 
@@ -49,7 +58,7 @@ def test_winner_is_written_with_its_justification() -> None:
 def test_promoting_again_replaces_the_block_and_is_stable() -> None:
     once = promote_env(CURRENT, REPORT, "ngram-mod")
     assert promote_env(once, REPORT, "ngram-mod") == once
-    other = promote_env(once, REPORT, "draft-n7")
+    other = promote_env(once, REPORT, "draft-n7", force=True)
     assert other.count(BEGIN) == 1 and "LLAMA_ARG_SPEC_TYPE=draft-simple" in other
     assert "LLAMA_ARG_SPEC_TYPE=ngram-mod" not in other
 
@@ -65,7 +74,7 @@ def test_invalid_or_unknown_configs_are_refused() -> None:
 def test_a_value_cannot_inject_a_variable_and_reaches_the_process_unchanged() -> None:
     report = dict(REPORT, configs=[{"name": "x", "server_config": {"LLAMA_ARG_ALIAS": "a\nLLAMA_ARG_PORT=1",
                                                                    "LLAMA_ARG_GRAMMAR": 'root ::= "\\\\" [a-z]'}}],
-                  verdicts=[])
+                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x": {"verdict": "WIN"}}})
     values = read_env_values(promote_env(CURRENT, report, "x"))
     assert values["LLAMA_ARG_PORT"] == "8080"
     assert values["LLAMA_ARG_ALIAS"] == "a\nLLAMA_ARG_PORT=1"
@@ -112,9 +121,32 @@ def test_the_record_says_what_is_set_unset_and_why() -> None:
         promotion_block({"set": {}})
 
 
+def test_only_a_win_on_the_confirmatory_endpoint_is_promoted_unless_forced() -> None:
+    record = promotion_record(REPORT, "ngram-mod")
+    assert record["forced"] is False and record["verdict"] == "WIN"
+    assert record["confirmatory"] == {"endpoint": "e2e", "verdict": "WIN", "ratio": 1.6, "low": 1.45, "high": 1.77}
+    assert record["table"][1] == "# confirmatory: WIN on e2e, 1.60x [1.45, 1.77]"
+    with pytest.raises(AnsibleFilterError, match=r"no WIN on run .*its verdict is LOSS, 0.80x \[0.70, 0.90\].*force"):
+        promotion_record(REPORT, "draft-n7")
+    forced = promotion_record(REPORT, "draft-n7", force=True)
+    assert forced["forced"] is True and forced["verdict"] == "LOSS"
+    assert "FORCED (specdec_promote_force=true)" in forced["table"][1]
+    # an INCONCLUSIVE (or EQUIVALENT) config is no winner either
+    unsure = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], verdicts={
+        "ngram-mod": dict(REPORT["confirmatory"]["verdicts"]["ngram-mod"], verdict="INCONCLUSIVE", low=0.95)}))
+    with pytest.raises(AnsibleFilterError, match="its verdict is INCONCLUSIVE"):
+        promote_env(CURRENT, unsure, "ngram-mod")
+    # a report written before the confirmatory verdict existed, or the baseline: refused, naming why
+    old = {k: v for k, v in REPORT.items() if k != "confirmatory"}
+    with pytest.raises(AnsibleFilterError, match="no confirmatory verdict"):
+        promotion_record(old, "ngram-mod")
+    with pytest.raises(AnsibleFilterError, match="not among its candidates"):
+        promotion_record(REPORT, "baseline")
+
+
 def test_a_config_name_cannot_hide_the_assignment_below_its_comment() -> None:
     report = dict(REPORT, configs=[{"name": "x\\", "server_config": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}],
-                  verdicts=[])
+                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x\\": {"verdict": "WIN"}}})
     text = promote_env(CURRENT, report, "x\\")
     assert read_env_values(text)["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
     assert not any(line.startswith("#") and line.endswith("\\") for line in text.splitlines())

@@ -7,7 +7,6 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.filter.promote import promote_env, promotion_record
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 
@@ -92,7 +91,7 @@ def test_lossy_config_gets_speed_verdicts_and_quality_not_invalid():
     assert c["lossless"] == q.LOSSY_LABEL
     assert c["judging"]["judging"] == q.LOSSY and c["judging"]["reference"] == "baseline"
     for shape in ("prose", "echo"):
-        assert c["shapes"][shape]["verdict"] == st.WIN
+        assert c["shapes"][shape]["verdict"] == "WIN"
         assert c["shapes"][shape]["lossless"] == q.LOSSY_LABEL
         qs = c["quality"]["shapes"][shape]
         # two prompts per shape, prompt 0 differs at character 10

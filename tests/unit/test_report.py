@@ -103,16 +103,22 @@ def test_unsafe_names_are_refused(bad):
 def test_markdown_has_a_table_per_shape_and_every_status(document):
     md = rp.markdown(document)
     assert md.startswith("# Speculative-decoding A/B: specdec-demo, run 20261129T120000Z")
-    header = ("| config | status | tok/s [95 % CI] | median tok/s | speedup [95 % CI] | acceptance | "
-              "mean accepted len | verdict | n | lossless | engaged | requests |")
+    header = ("| config | status | decode tok/s [95 % CI] | median tok/s | decode speedup | verdict | noise | "
+              "smallest findable | e2e tok/s | e2e speedup | e2e verdict | TTFT ms | TTFT speedup | acceptance | "
+              "mean accepted len | n | lossless | engaged | requests |")
     assert md.count(header) == 4
     for shape in ("prose", "echo", "structured", "identity"):
         assert f"## Shape: {shape}" in md
     prose = md.split("## Shape: prose")[1].split("## Shape:")[0]
     row = next(line for line in prose.splitlines() if line.startswith("| draft-n3 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "OK" and cells[7] == "win" and cells[8] == "3x4" and cells[9] == "yes" and cells[10] == "yes"
-    assert cells[4].startswith("1.6") and cells[4].endswith("]") and cells[5] == "66.7 %" and cells[6] == "3.00"
+    assert cells[1] == "OK" and cells[5] == "WIN" and cells[15] == "3x4" and cells[16] == "yes" and cells[17] == "yes"
+    assert cells[4].startswith("1.6") and cells[4].endswith("]") and cells[13] == "66.7 %" and cells[14] == "3.00"
+    assert cells[10] == "WIN" and cells[9].startswith("1.6")  # end-to-end, judged the same way
+    # the confirmatory verdict comes first: one endpoint, every candidate, the recommendation
+    conf = md.split("## Confirmatory verdict")[1].split("\n## ")[0]
+    assert "**end-to-end tokens/s" in conf and "| draft-n3 | OK | **WIN** |" in conf
+    assert "**Recommendation: draft-n3**" in conf and "Server starts: 24 used" in conf
     # status section: INVALID with the first divergence, NOT ENGAGED, partial and failed runs
     assert "**broken: INVALID**" in md and "at character 40" in md
     # 24 characters either side, in a code span that survives the backticks in the text
@@ -133,8 +139,9 @@ def test_markdown_has_a_table_per_shape_and_every_status(document):
 def test_markdown_without_a_mix_says_how_to_get_a_recommendation():
     run = full_run()
     md = rp.markdown(rp.build_document(run, jd.judge(run, n_boot=200)))
-    assert "No traffic mix declared: the per-shape tables are the answer" in md
-    assert "**Recommended" not in md
+    # no mix declared: the confirmatory endpoint weighs the measured shapes equally, and still recommends
+    assert "over equal weights over the measured shapes (prose 25%, echo 25%, structured 25%, identity 25%)" in md
+    assert "**Recommended: draft-n3**" in md
 
 
 def test_markdown_links_the_plots_and_shows_a_stopped_run(document):
@@ -146,9 +153,11 @@ def test_markdown_links_the_plots_and_shows_a_stopped_run(document):
 
 def test_summary_lines_are_the_per_shape_verdict_table(document):
     lines = rp.summary_lines(document)
-    assert lines[0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict | n"
-    assert len(lines) == 1 + 4 * 8 + 1
-    assert any(line.startswith("prose | draft-n3 | OK |") and line.endswith("| win | 3x4") for line in lines)
+    assert lines[0].startswith("confirmatory (e2e, the declared traffic mix")
+    assert any(line.startswith("confirmatory | draft-n3 | WIN") for line in lines)
+    start = lines.index("shape (exploratory) | config | status | tok/s | speedup | verdict | n")
+    assert start == 1 + 7 and len(lines) == start + 1 + 4 * 8 + 1
+    assert any(line.startswith("prose | draft-n3 | OK |") and line.endswith("| WIN | 3x4") for line in lines)
     assert any(line.startswith("prose | broken | INVALID |") and "| invalid |" in line for line in lines)
     assert lines[-1].startswith("recommendation: draft-n3")
 
@@ -160,7 +169,8 @@ def test_history_line_is_one_json_line_per_run(document):
     assert rec["schema"] == "llmfleet.specdec/ab-history/1"
     assert rec["run_id"] == "20261129T120000Z" and rec["time"] == "2026-11-29T12:30:00Z"
     assert rec["recommendation"] == "draft-n3"
-    assert rec["configs"]["draft-n3"]["shapes"]["prose"]["verdict"] == "win"
+    assert rec["configs"]["draft-n3"]["shapes"]["prose"]["verdict"] == "WIN"
+    assert rec["confirmatory"]["verdicts"]["draft-n3"]["verdict"] == "WIN"
     assert rec["configs"]["broken"]["status"] == "INVALID"
     assert set(rec["configs"]["baseline"]["shapes"]) == {"prose", "echo", "structured", "identity"}
 
@@ -290,7 +300,9 @@ def test_action_writes_the_report_and_is_idempotent(playbook_run):
     for png in ("tok_s_per_shape.png", "acceptance_by_position.png"):
         assert png_size((report_dir / png).read_bytes())[0] >= 600
     assert first["recommendation"]["config"] == "draft-n3"
-    assert first["summary"][0] == "shape | config | status | tok/s | speedup [95 % CI] | verdict | n"
+    assert first["summary"][0].startswith("confirmatory (e2e")
+    assert doc["confirmatory"]["verdicts"]["draft-n3"]["verdict"] == "WIN"
+    assert doc["confirmatory"]["recommendation"] == "draft-n3" and doc["confirmatory"]["alpha"] == 0.05
     assert first["judged"]["configs"]["flags-only"]["status"] == "NOT ENGAGED"
     # the same run again: the same bytes, nothing written, no second history line
     again = res["report run one again"]
@@ -319,9 +331,9 @@ def test_action_returns_job_stats(playbook_run):
     stats = out["global_custom_stats"]["specdec_ab"]["specdec-demo"]
     # aggregated per host: the host's last report wins, here the check-mode one of run one
     assert stats["run_id"] == "20261129T120000Z"
-    assert stats["configs"]["draft-n3"]["shapes"]["prose"]["verdict"] == "win"
+    assert stats["configs"]["draft-n3"]["shapes"]["prose"]["verdict"] == "WIN"
     assert stats["report_dir"].endswith("dry/specdec-demo/20261129T120000Z")
-    assert stats["summary"][0].startswith("shape | config")
+    assert stats["summary"][0].startswith("confirmatory")
 
 
 def test_action_refuses_a_malformed_run_naming_the_field(playbook_run):

@@ -227,6 +227,27 @@ def test_zealot_archived_vllm_unit(rendered):
     assert "Delegate=" not in (rendered / "frank-zealot" / "vllm.service").read_text()
 
 
+def test_vllm_unit_keeps_a_promotion_on_redeploy(tmp_path):
+    """vllm_serve writes the promotion record's block again (as llamacpp_serve does), so deploy.yml keeps it."""
+    from ansible_collections.llmfleet.specdec.plugins.filter.promote import BEGIN, promotion_record
+
+    ngram = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
+    report = {"run_id": "20261201T000000Z", "host": "frank-zealot", "baseline": "baseline",
+              "configs": [{"name": "baseline", "server_config": {}},
+                          {"name": "ngram", "server_config": {"VLLM_SPECULATIVE_CONFIG": ngram, "HF_HOME": None}}],
+              "verdicts": [{"config": "ngram", "shape": "echo", "status": "OK", "verdict": "win", "speedup": 1.4}],
+              "confirmatory": {"endpoint": "e2e", "weights": {"echo": 1.0}, "alpha": 0.05,
+                               "verdicts": {"ngram": {"verdict": "WIN", "ratio": 1.4, "low": 1.2, "high": 1.6}},
+                               "recommendation": "ngram"}}
+    record = promotion_record(report, "ngram", promoted_at="2026-12-01T01:00:00+00:00")
+    out = render(tmp_path / "promoted", "-l", "frank-zealot", "-e", json.dumps({"vllm_serve_promotion": record}))
+    text = (out / "frank-zealot" / "vllm.env").read_text()
+    env = read_env_values(text)
+    assert env["VLLM_SPECULATIVE_CONFIG"] == ngram and "HF_HOME" not in env
+    assert text.count(BEGIN) == 1 and "# promoted: ngram" in text
+    assert env["VLLM_SERVE_MODEL"] == "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit"  # the rest of production unchanged
+
+
 def test_podman_runs_the_container_inside_the_units_cgroup(zealot_podman, tmp_path):
     """--cgroups=split and Delegate=yes: what lets unit_override tie the port to a container-mode unit."""
     argv = exec_start(zealot_podman, "frank-zealot", "vllm.service")

@@ -15,6 +15,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _predict as pr
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -179,9 +180,9 @@ def test_first_divergence():
 def test_solve_p_inverts_expected_accepted():
     for k in (1, 3, 7):
         for p in (0.1, 0.45, 0.8):
-            assert jd.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
-    assert jd.solve_p(1.0, 3) == 0.0
-    assert jd.solve_p(9.0, 3) == 1.0
+            assert pr.solve_p(be.expected_accepted(p, k), k) == pytest.approx(p, abs=1e-9)
+    assert pr.solve_p(1.0, 3) == 0.0
+    assert pr.solve_p(9.0, 3) == 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,23 +197,27 @@ def test_twice_as_fast_drafter_wins_every_shape_with_an_interval_at_two():
         row = c["shapes"][shape]
         assert row["speedup"] == pytest.approx(2.0)
         assert row["ci_low"] == pytest.approx(2.0) and row["ci_high"] == pytest.approx(2.0)
-        assert row["ci_scheme"] == "paired rounds, t df 2"
-        assert row["n"] == "3x4"
-        assert row["verdict"] == "win"
+        assert row["ci_scheme"].startswith("block design over rounds, Dunnett c") and row["ci_scheme"].endswith("df 2")
+        assert row["n"] == "3x4" and row["exploratory"] is True
+        assert row["verdict"] == "WIN"
         assert row["median_tok_s"] == pytest.approx(2 * BASE_RATE[shape])
         assert row["acceptance"] == pytest.approx(20 / 30)
         assert row["mean_accepted_len"] == pytest.approx(3.0)
         assert row["n_requests"] == 3 * 2 * 2
     assert c["acceptance_by_position"] == pytest.approx([0.9, 0.7, 0.4])
     assert j["configs"]["baseline"]["status"] == "BASELINE"
-    assert j["recommendation"] is None  # no mix declared
+    # no mix declared: the confirmatory endpoint weighs the measured shapes equally
+    assert j["confirmatory"]["weights"] == {s: 0.25 for s in ("prose", "echo", "structured", "identity")}
+    assert j["confirmatory"]["verdicts"]["draft-n3"]["verdict"] == "WIN"
+    assert j["recommendation"]["config"] == "draft-n3"
 
 
 def test_per_shape_verdicts_differ_by_shape():
     j = jd.judge(make_run({"baseline": {}, "d": drafter(speedup={"prose": 1.5, "echo": 1.0, "identity": 0.7,
                                                                  "structured": 1.0})}), n_boot=300)
     verdicts = {s: r["verdict"] for s, r in j["configs"]["d"]["shapes"].items()}
-    assert verdicts == {"prose": "win", "echo": "no difference", "structured": "no difference", "identity": "loss"}
+    # exact synthetic data (no noise at all): a ratio of exactly 1 is EQUIVALENT
+    assert verdicts == {"prose": "WIN", "echo": "EQUIVALENT", "structured": "EQUIVALENT", "identity": "LOSS"}
 
 
 def test_diverging_text_is_invalid_with_the_first_position():
@@ -233,7 +238,7 @@ def test_diverging_text_is_invalid_with_the_first_position():
     assert c["shapes"]["prose"]["lossless"] is True
     # every shape's verdict says invalid, however fast: a correctness bug is never a winner
     assert {r["verdict"] for r in c["shapes"].values()} == {"invalid"}
-    assert c["shapes"]["prose"]["ci_verdict"] == "win"
+    assert c["shapes"]["prose"]["ci_verdict"] == "WIN"
     assert "char 17" in c["problems"][0]
 
 
@@ -268,7 +273,7 @@ def test_chain_without_drafts_is_not_engaged_and_empty_chain_is_the_negative_con
     assert {r["verdict"] for r in off["shapes"].values()} == {"not engaged"}
     ctl = j["configs"]["control"]
     assert ctl["status"] == "NEGATIVE CONTROL" and ctl["role"] == "control"
-    assert {r["verdict"] for r in ctl["shapes"].values()} == {"no difference"}
+    assert {r["verdict"] for r in ctl["shapes"].values()} == {"EQUIVALENT"}
     assert not any("negative control" in w for w in j["warnings"])
 
 
@@ -288,8 +293,8 @@ def test_ngram_must_draft_on_echo_only_and_a_drafter_everywhere():
     j = jd.judge(run, n_boot=200)
     ngram = j["configs"]["ngram"]
     assert ngram["status"] == "OK"
-    assert ngram["shapes"]["prose"]["engaged"] is False and ngram["shapes"]["prose"]["verdict"] == "no difference"
-    assert ngram["shapes"]["echo"]["verdict"] == "win"
+    assert ngram["shapes"]["prose"]["engaged"] is False and ngram["shapes"]["prose"]["verdict"] == "EQUIVALENT"
+    assert ngram["shapes"]["echo"]["verdict"] == "WIN"
     # drafting on prose but never on echo, where an n-gram lookup must: not engaged
     assert j["configs"]["ngram-dead"]["status"] == "NOT ENGAGED"
     gap = j["configs"]["drafter-gap"]
@@ -324,7 +329,7 @@ def test_failed_and_partial_entries_are_kept_and_never_win():
     assert "kept the 8 requests" in crashed["problems"][0]
     assert crashed["shapes"]["prose"]["n_requests"] == 12
     assert crashed["shapes"]["identity"]["n_requests"] == 8
-    assert crashed["shapes"]["prose"]["ci_verdict"] == "win"
+    assert crashed["shapes"]["prose"]["ci_verdict"] == "WIN"
     assert crashed["shapes"]["prose"]["verdict"] == "incomplete"
     assert j["configs"]["one-round-down"]["status"] == "INCOMPLETE"
     rec = j["recommendation"]
@@ -378,8 +383,10 @@ def test_one_round_gives_no_verdict_however_many_requests():
     j = jd.judge(run, n_boot=200)
     row = j["configs"]["d"]["shapes"]["prose"]
     assert row["n_requests"] == 12 and row["n"] == "1x12"
-    assert row["verdict"] == "too few rounds to call"
+    assert row["verdict"] == "INCONCLUSIVE" and "too few rounds" in row["why"]
     assert row["ci_low"] is None and row["speedup"] == pytest.approx(2.0)
+    assert j["confirmatory"]["verdicts"]["d"]["verdict"] == "INCONCLUSIVE"
+    assert j["recommendation"]["keep_baseline"] is True
     # the old request-level bootstrap called it from that one start
     old = jd.judge(run, n_boot=200, method="request-bootstrap")["configs"]["d"]["shapes"]["prose"]
     assert old["verdict"] == "win"
@@ -388,7 +395,7 @@ def test_one_round_gives_no_verdict_however_many_requests():
 def test_one_request_per_round_gives_no_verdict():
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, rounds=4, prompts=1, repeats=1)
     row = jd.judge(run, n_boot=200)["configs"]["d"]["shapes"]["prose"]
-    assert row["n"] == "4x1" and row["verdict"] == "too few requests to call"
+    assert row["n"] == "4x1" and row["verdict"] == "INCONCLUSIVE" and "too few requests" in row["why"]
 
 
 def test_mix_recommendation_excludes_invalid_and_picks_the_fastest_winner():
@@ -417,7 +424,7 @@ def test_mix_with_only_losers_keeps_the_baseline_and_unknown_shapes_give_none():
     run = make_run({"baseline": {}, "slow": drafter(speedup=0.8)}, mix={"prose": 1})
     rec = jd.judge(run, n_boot=200)["recommendation"]
     assert rec["keep_baseline"] is True and rec["config"] == "baseline"
-    assert rec["candidates"][0]["verdict"] == "loss"
+    assert rec["candidates"][0]["verdict"] == "LOSS"
     run = make_run({"baseline": {}, "d": drafter(speedup=2.0)}, mix={"chat": 1})
     rec = jd.judge(run, n_boot=200)["recommendation"]
     assert rec["config"] is None and "chat" in rec["reason"]
@@ -531,9 +538,9 @@ def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
     # two rounds (df 1): the slow deep draft is a loss where its rounds agree, and nothing is called where
     # the two server starts disagree
     low_rows = j["configs"]["draft-low-n7"]["shapes"]
-    assert low_rows["echo"]["verdict"] == "loss" and low_rows["echo"]["n"] == "2x4"
+    assert low_rows["echo"]["verdict"] == "LOSS" and low_rows["echo"]["n"] == "2x4"
     assert low_rows["echo"]["ci_high"] < 1.0
-    assert all(r["verdict"] in ("loss", "no difference") for r in low_rows.values())
+    assert all(r["verdict"] in ("LOSS", "INCONCLUSIVE", "EQUIVALENT") for r in low_rows.values())
     # per request, the reply's draft counters and the /metrics delta agree on the real server
     for e in run["entries"]:
         for r in e["bench"]["requests"]:

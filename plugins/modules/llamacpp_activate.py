@@ -1,0 +1,209 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Point a host's llama.cpp 'current' link at a build only after it served production's model; else back.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llamacpp_activate
+short_description: Make an installed llama.cpp build current only after it served production's own model
+version_added: 0.2.0
+description:
+  - The activation step of role C(llmfleet.specdec.llamacpp_build). C(<root>/current) is a relative link to the
+    build the serving units run; this module moves it to O(name) only after that build has served production.
+  - B(Canary.) For each unit in O(units) whose C(MainPID) runs a binary of the build C(current) points at now, the
+    new build's server is started as the transient unit C(specdec-canary-<unit>) with that process's own command
+    line and environment, as its user and group, on a free loopback port with O(canary_ctx_size) as its context,
+    and must answer C(GET /health) from its own process within O(canary_timeout) (the model loaded and
+    llama-server's warm-up decode ran). It is stopped at once after; C(RuntimeMaxSec=) bounds it if the module
+    dies. A canary that fails changes nothing and the task fails with its journal lines.
+  - When no unit serves from C(current) (a host's first build), O(canary_model) alone is loaded the same way, if
+    given.
+  - B(Switch under a dead-man.) Before the link moves, a transient timer C(specdec-build-rollback-<link>) is armed
+    with a self-contained script under C(/run/llmfleet-specdec/llamacpp-build/). Then the link moves (an atomic
+    rename), O(facts) is written to O(facts_file), each serving unit restarts and must answer C(/health) on its
+    own port from its new process within O(health_timeout). Only then is the timer disarmed. A module, SSH link
+    or controller that dies in between leaves a host that points C(current) back, puts the record back and
+    restarts the units after O(rollback_after) seconds.
+  - B(Failure.) A unit that does not come back healthy on the new build makes the module point C(current) back,
+    put the record back, restart the units on the previous build and check them; the task fails with
+    C(BUILD <name> WAS ROLLED BACK), or with C(PRODUCTION IS NOT HEALTHY) when the previous build does not come
+    back either (the dead-man then stays armed and tries once more).
+  - An activation that was interrupted (its record is still in C(/run)) is undone first by the next run.
+  - Units that are not active, or run a binary outside the build C(current) points at, are left alone.
+options:
+  root:
+    description: The build root, holding one directory per build and the C(current) link.
+    type: path
+    required: true
+  name:
+    description: The installed build to make current (a directory under O(root), such as C(b10133-cuda)).
+    type: str
+    required: true
+  current:
+    description: The link. Defaults to C(<root>/current).
+    type: path
+  binary:
+    description: The server inside a build.
+    type: str
+    default: bin/llama-server
+  units:
+    description: The units that may serve from C(current); each is restarted only when it does.
+    type: list
+    elements: str
+    default: []
+  facts_file:
+    description: Where the record of the build C(current) points at is kept; restored with the link.
+    type: path
+  facts:
+    description: The record to write into O(facts_file) once the link has moved.
+    type: dict
+  canary:
+    description: Start the canary before the switch. Without it, the health check after the restart (and the
+      rollback) is the only gate.
+    type: bool
+    default: true
+  canary_ctx_size:
+    description: The canary's context (C(--ctx-size)), small so that it fits beside production.
+    type: int
+    default: 1024
+  canary_args:
+    description:
+      - Arguments appended to the canary's command line, after production's (they win). On a GPU whose memory
+        production already fills, C([--n-gpu-layers, "0"]) loads the canary on the CPU.
+    type: list
+    elements: str
+    default: []
+  canary_model:
+    description: The model a first build's canary loads when no unit serves from C(current) yet.
+    type: path
+  canary_timeout:
+    description: Seconds for the canary to answer C(/health).
+    type: int
+    default: 300
+  health_timeout:
+    description: Seconds for each restarted unit to answer C(/health) on the new build (and on the old one after a
+      rollback).
+    type: int
+    default: 120
+  rollback_after:
+    description: Seconds after which the host undoes the switch by itself unless the activation finished. Longer
+      than twice O(health_timeout) plus 30 s (the new build's start, and the old one's after a failed switch).
+    type: int
+    default: 300
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Says whether the link would move and which units would restart; starts no canary.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Runs as root; needs systemd (C(systemd-run), C(systemctl), C(journalctl)).
+  - The canary takes production's command line with C(--host 127.0.0.1 --port <free port> --ctx-size N) appended.
+    llama-server reads its arguments in order, so these replace production's own.
+author:
+  - llmfleet.specdec maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Make b10133-cuda current after a canary with production's model; back if llama-server does not come up
+  llmfleet.specdec.llamacpp_activate:
+    root: /opt/llama.cpp
+    name: b10133-cuda
+    units: [llama-server]
+    facts_file: /etc/llmfleet-specdec/llamacpp-build.json
+    facts: "{{ build_record }}"
+    health_timeout: 600
+    rollback_after: 1500
+  become: true
+"""
+
+RETURN = r"""
+previous:
+  description: Where C(current) pointed before.
+  returned: always
+  type: str
+current:
+  description: The build C(current) points at now.
+  returned: success
+  type: str
+canary:
+  description: Each canary that answered (unit, port, pid, seconds, its command line).
+  returned: success
+  type: list
+  elements: dict
+restarted:
+  description: The units restarted on the new build.
+  returned: success
+  type: list
+  elements: str
+would_restart:
+  description: The units that serve from C(current) and restart when it moves.
+  returned: when the link moves
+  type: list
+  elements: str
+notes:
+  description: Units left alone and why; an interrupted activation that was undone first.
+  returned: always
+  type: list
+  elements: str
+rolled_back:
+  description: On failure after the switch, whether C(current) was pointed back.
+  returned: failure
+  type: bool
+healthy:
+  description: On failure after the switch, whether production answered on the previous build.
+  returned: failure
+  type: bool
+journal:
+  description: The failed unit's or canary's last journal lines.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._activate import ActivateError, run_activation
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import rollback_interpreter
+
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", required=True),
+    name=dict(type="str", required=True),
+    current=dict(type="path"),
+    binary=dict(type="str", default="bin/llama-server"),
+    units=dict(type="list", elements="str", default=[]),
+    facts_file=dict(type="path"),
+    facts=dict(type="dict"),
+    canary=dict(type="bool", default=True),
+    canary_ctx_size=dict(type="int", default=1024),
+    canary_args=dict(type="list", elements="str", default=[]),
+    canary_model=dict(type="path"),
+    canary_timeout=dict(type="int", default=300),
+    health_timeout=dict(type="int", default=120),
+    rollback_after=dict(type="int", default=300),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        python = sys.executable if module.check_mode else rollback_interpreter(sys.executable)
+        result = run_activation(module.params, run=module.run_command, check_mode=module.check_mode, python=python)
+    except ActivateError as exc:
+        module.fail_json(msg=str(exc), **exc.details)
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

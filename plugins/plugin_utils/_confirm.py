@@ -1,0 +1,238 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the collection, controller only: a run's confirmatory verdict, its exploratory per-shape cells, the recommendation.
+"""From a gathered run to the numbers ``_design`` analyses, and back to verdicts.
+
+- :func:`design_of`: the run's design (endpoint, budget, alpha, margins) with defaults, checked, naming the bad key;
+- :func:`cells`: per config and round the mean log rate of one shape, or of the traffic mix (time-weighted);
+- :func:`shape_analysis`: the exploratory per-shape rows (decode, end-to-end, time to first token), one
+  Dunnett family per shape and metric, no sequential adjustment;
+- :func:`confirmatory`: the one confirmatory endpoint of the run (contract C3 of report.json): the sequential
+  verdict of every candidate on the traffic mix, the recommendation, the restarts used against a fixed design;
+- :func:`recommend`: the old ``recommendation`` section of the report, now resting on the confirmatory verdict.
+
+Rates per request: decode is ``predicted_per_second`` (the server's own decode timing); end-to-end is
+``predicted_n / wall_s`` (the whole request as the client saw it: prompt processing, the draft's prefill and
+decode); time to first token is ``ttft_s`` where the bench recorded it, else ``wall_s`` less the decode time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import MIX_COMBINATION, ReportInputError, mix_rate
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design
+
+ENDPOINTS = ("e2e", "decode")
+METRICS = ("decode", "e2e", "ttft")
+DEFAULT_DESIGN = {"endpoint": "e2e", "max_rounds": None, "sequential": True, "alpha": _design.ALPHA,
+                  "margin": _design.EQUIVALENCE_MARGIN, "min_speedup": _design.MIN_SPEEDUP, "beta": _design.BETA,
+                  "primary_shape": None}
+
+
+def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
+    """The run's ``design`` with defaults. A run without one (written before the sequential design) is one
+    fixed look at the rounds it measured."""
+    given = run.get("design")
+    if given is None:
+        given = {"sequential": False}
+    if not isinstance(given, Mapping):
+        raise ReportInputError(f"run.design: expected a mapping, got {type(given).__name__}")
+    unknown = sorted(set(given) - set(DEFAULT_DESIGN) - {"seed", "schedule", "max_minutes", "order"})
+    if unknown:
+        raise ReportInputError(f"run.design: unknown key(s) {', '.join(unknown)} (known: {', '.join(DEFAULT_DESIGN)})")
+    d = dict(DEFAULT_DESIGN)
+    d.update({k: v for k, v in given.items() if v is not None and k in DEFAULT_DESIGN})
+    if d["endpoint"] not in ENDPOINTS:
+        raise ReportInputError(f"run.design.endpoint: expected one of {', '.join(ENDPOINTS)} (spec_ab_judge_on), "
+                               f"got {d['endpoint']!r}")
+    if d["max_rounds"] is None:
+        d["max_rounds"] = max(rounds_measured, 1)
+    for key, lo, hi in (("alpha", 0.0, 0.5), ("margin", 0.0, 1.0), ("beta", 0.0, 0.5)):
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (key == "alpha" and v == 0):
+            raise ReportInputError(f"run.design.{key}: expected a share in ({lo:g}, {hi:g}), got {v!r}")
+    v = d["min_speedup"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 1.0:
+        raise ReportInputError(f"run.design.min_speedup: expected a speedup above 1 (such as 1.2), got {v!r}")
+    v = d["max_rounds"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ReportInputError(f"run.design.max_rounds: expected a whole number of rounds >= 1 "
+                               f"(spec_ab_max_rounds), got {v!r}")
+    d["sequential"] = bool(d["sequential"])
+    return d
+
+
+def request_rate(request: Mapping[str, Any], metric: str) -> float | None:
+    """One request's rate for ``metric`` (higher is better; ttft as first tokens per second)."""
+    if metric == "decode":
+        rate = request.get("predicted_per_second")
+        return float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+    wall = request.get("wall_s")
+    if not isinstance(wall, (int, float)) or wall <= 0:
+        return None
+    if metric == "e2e":
+        n = request.get("predicted_n")
+        return n / wall if isinstance(n, int) and n > 0 else None
+    ttft = request.get("ttft_s")
+    if not isinstance(ttft, (int, float)):
+        rate, n = request.get("predicted_per_second"), request.get("predicted_n")
+        if not (isinstance(rate, (int, float)) and rate > 0 and isinstance(n, int) and n > 0):
+            return None
+        ttft = wall - n / rate
+    return 1.0 / ttft if ttft > 0 else None
+
+
+def shape_cells(requests: Sequence[Mapping[str, Any]], metric: str) -> dict[int, float]:
+    """round -> mean log rate of the requests of that round."""
+    sums: dict[int, list[float]] = {}
+    for r in requests:
+        rate = request_rate(r, metric)
+        if rate is not None:
+            sums.setdefault(r["round"], []).append(math.log(rate))
+    return {rnd: sum(v) / len(v) for rnd, v in sums.items()}
+
+
+def cells(gathered: Mapping[str, Any], names: Sequence[str], weights: Mapping[str, float], metric: str
+          ) -> dict[str, dict[int, float]]:
+    """config -> round -> log of the mix rate (time-weighted over ``weights``; a round that misses one of the
+    mix's shapes has no value)."""
+    out: dict[str, dict[int, float]] = {}
+    for name in names:
+        per_shape = {s: shape_cells(gathered[name]["shape_requests"].get(s, []), metric) for s in weights}
+        rounds = set.intersection(*(set(v) for v in per_shape.values())) if per_shape else set()
+        out[name] = {r: math.log(mix_rate({s: math.exp(per_shape[s][r]) for s in weights}, weights))
+                     for r in sorted(rounds)}
+    return out
+
+
+def family(judged_configs: Mapping[str, Any], baseline: str) -> list[str]:
+    """The candidates of the run's family: every config but the baseline and the drafter probes."""
+    return [n for n, c in judged_configs.items() if n != baseline and c.get("status") != "DRAFTER PROBE"]
+
+
+def shape_analysis(gathered: Mapping[str, Any], baseline: str, candidates: Sequence[str], shape: str,
+                   design: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """metric -> config -> row, for one shape: the exploratory cells, one look at everything measured."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    names = [baseline, *candidates]
+    for metric in METRICS:
+        table = {n: shape_cells(gathered[n]["shape_requests"].get(shape, []), metric) for n in names if n in gathered}
+        out[metric] = _design.fixed_analysis(table, baseline, candidates, alpha=design["alpha"],
+                                             margin=design["margin"])
+    return out
+
+
+def weights_of(run_mix: Mapping[str, float] | None, shapes: Sequence[str], design: Mapping[str, Any]
+               ) -> tuple[dict[str, float], str]:
+    """The confirmatory endpoint's weights and where they came from."""
+    primary = design.get("primary_shape")
+    if primary:
+        return {str(primary): 1.0}, f"the primary shape {primary} (spec_ab_primary_shape)"
+    if run_mix:
+        return dict(run_mix), "the declared traffic mix (spec_ab_mix, traffic weights)"
+    return ({s: 1.0 / len(shapes) for s in shapes} if shapes else {}), "equal weights over the measured shapes"
+
+
+def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design: Mapping[str, Any]) -> dict[str, Any]:
+    """The confirmatory section of report.json (contract C3)."""
+    baseline = judged["baseline"]
+    configs = judged["configs"]
+    candidates = family(configs, baseline)
+    weights, source = weights_of(judged.get("mix"), judged["shapes"], design)
+    out: dict[str, Any] = {
+        "endpoint": design["endpoint"], "weights": weights, "weights_from": source, "method": _design.METHOD,
+        "combination": MIX_COMBINATION, "alpha": design["alpha"], "margin": design["margin"],
+        "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
+        "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
+    }
+    missing = [s for s in weights if s not in judged["shapes"]]
+    if missing or not weights:
+        out["why"] = (f"the endpoint's shape(s) {', '.join(missing)} were not measured (measured: "
+                      f"{', '.join(judged['shapes']) or 'none'})" if missing else "no shape was measured")
+        for n in candidates:
+            out["verdicts"][n] = {"verdict": _design.INCONCLUSIVE, "ratio": None, "low": None, "high": None,
+                                  "mde": None, "noise": None, "why": out["why"]}
+        return out
+    table = cells(gathered, [baseline, *candidates], weights, design["endpoint"])
+    result = _design.sequential(table, baseline, candidates, max_rounds=design["max_rounds"], alpha=design["alpha"],
+                                margin=design["margin"], min_speedup=design["min_speedup"], beta=design["beta"],
+                                looks=design["sequential"])
+    for name, row in result["verdicts"].items():
+        row["status"] = configs[name]["status"]
+        out["verdicts"][name] = row
+    out.update(active=result["active"], looks=result["looks"], final=result["final"],
+               rounds_measured=result["rounds_measured"])
+    eligible = [n for n, r in out["verdicts"].items() if r["verdict"] == _design.WIN and configs[n]["status"] == "OK"
+                and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]
+    if eligible:
+        out["recommendation"] = max(eligible, key=lambda n: out["verdicts"][n]["ratio"])
+    out["restarts"] = restarts(judged, table, baseline, candidates, design)
+    return out
+
+
+def restarts(judged: Mapping[str, Any], table: Mapping[str, Mapping[int, float]], baseline: str,
+             candidates: Sequence[str], design: Mapping[str, Any]) -> dict[str, Any]:
+    """Server starts this run used against a fixed design with the same power at the planned speedup."""
+    used = sum(c.get("entries_ok", 0) + c.get("entries_failed", 0) for c in judged["configs"].values())
+    fit = _design.fit_blocks(table, baseline)
+    out: dict[str, Any] = {"used": used, "fixed_rounds": None, "fixed_design": None, "saved": None}
+    if fit is None or fit.s is None or not candidates:
+        out["why"] = "no pooled noise estimate: no fixed design to compare with"
+        return out
+    configs = len(judged["configs"])
+    rounds = _design.fixed_rounds(fit.s, len(candidates), len(candidates) + 1, alpha=design["alpha"],
+                                  effect=design["min_speedup"])
+    if rounds is None:
+        out["why"] = f"a fixed design would need more than 50 rounds at this noise ({math.exp(fit.s) - 1:.1%})"
+        return out
+    out.update(fixed_rounds=rounds, fixed_design=rounds * configs, saved=rounds * configs - used,
+               power=_design.POWER, effect=design["min_speedup"])
+    return out
+
+
+def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
+    """The recommendation section: the confirmatory endpoint's best WIN among eligible configs, else keep the
+    baseline; the configs that could not be candidates are listed with why."""
+    conf = judged["confirmatory"]
+    baseline = judged["baseline"]
+    out: dict[str, Any] = {"mix": dict(conf["weights"]), "weights_are": "shares of generated tokens per shape",
+                           "weights_from": conf["weights_from"], "endpoint": conf["endpoint"],
+                           "combination": MIX_COMBINATION, "config": None, "keep_baseline": False, "speedup": None,
+                           "ci_low": None, "ci_high": None, "candidates": [], "excluded": []}
+    if conf.get("why"):
+        out["reason"] = f"{conf['why']}: no recommendation"
+        return out
+    base = judged["configs"][baseline]
+    if base["status"] != "BASELINE" or base["problems"]:
+        out["reason"] = (f"the baseline {baseline!r} is {base['status']}"
+                         + (f" with problems ({'; '.join(base['problems'])})" if base["problems"] else "")
+                         + ": no recommendation from partial baseline data")
+        return out
+    for name, c in judged["configs"].items():
+        row = conf["verdicts"].get(name)
+        if name == baseline:
+            continue
+        if row is None or c["status"] != "OK" or (c.get("judging") or {}).get("judging") == _quality.LOSSY:
+            reason = (_quality.NOT_RECOMMENDED
+                      if c["status"] == "OK" and row is not None else "; ".join(c["problems"]) or (
+                          "a control, not a candidate" if c["status"] == "NEGATIVE CONTROL" else
+                          "measures a draft model's step, not a candidate" if c["status"] == "DRAFTER PROBE"
+                          else c["status"]))
+            out["excluded"].append({"config": name, "status": c["status"], "reason": reason})
+            continue
+        out["candidates"].append({"config": name, "speedup": row["ratio"], "ci_low": row["low"],
+                                  "ci_high": row["high"], "verdict": row["verdict"], "mde": row["mde"],
+                                  "noise": row["noise"], "n": f"{row.get('rounds', 0)} rounds"})
+    pick = conf.get("recommendation")
+    if pick:
+        row = conf["verdicts"][pick]
+        out.update(config=pick, speedup=row["ratio"], ci_low=row["low"], ci_high=row["high"],
+                   reason=(f"{pick} is {row['ratio']:.2f}x the baseline on the confirmatory endpoint "
+                           f"({conf['endpoint']} over {conf['weights_from']}) [{row['low']:.2f}, {row['high']:.2f}], "
+                           f"a WIN with the family-wise error held at {conf['alpha']:g}"))
+    else:
+        out.update(config=baseline, keep_baseline=True,
+                   reason="no eligible config has a WIN on the confirmatory endpoint: keep the baseline")
+    return out

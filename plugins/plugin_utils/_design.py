@@ -1,0 +1,420 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the collection, controller only: the run as one block design, Dunnett's many-to-one intervals, the sequential looks.
+"""The confirmatory analysis of an A/B run (docs/statistics.md says why each step is what it is).
+
+- :func:`fit_blocks`: the run as a randomized complete block design on log rates. Rounds are blocks, configs
+  are treatments, ``y[config][round] = mu + tau_config + beta_round + e`` fitted by least squares over every
+  cell the run measured (a config dropped after round 2 still gives its two rounds to the residual); the
+  residual variance is pooled across all configs, with ``df = cells - configs - rounds + 1``.
+- :func:`dunnett_c`: the one-sided many-to-one critical value, P(max_i T_i <= c) = 1 - alpha for
+  multivariate t with equal correlation rho, computed by numerical integration (the common factor and the
+  chi variable of the pooled variance, Simpson's rule on both).
+- :func:`verdict`: WIN / LOSS / EQUIVALENT / INCONCLUSIVE from a simultaneous interval and a margin.
+- :func:`sequential`: looks after rounds 2 .. max_rounds; at each look the undecided candidates are tested
+  against the baseline with the critical value of that look's share of alpha (alpha spent linearly in the
+  share of the planned rounds, Bonferroni across looks), and a candidate whose optimistic bound cannot reach
+  the smallest speedup worth having is stopped as futile (its own small share of beta). A decided candidate
+  is measured no more.
+
+Standard library only; pure and deterministic.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError, t_cdf, t_quantile
+
+WIN = "WIN"
+LOSS = "LOSS"
+EQUIVALENT = "EQUIVALENT"
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICTS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE)
+
+# The family-wise false-WIN rate across the run's candidates and looks (one-sided; LOSS has the same rate).
+ALPHA = 0.05
+# EQUIVALENT: the whole interval within 1 +- this share.
+EQUIVALENCE_MARGIN = 0.05
+# The design's planned effect: the smallest speedup worth a change. A candidate that cannot reach it any more is
+# stopped (futile); the fixed design it is compared with is the one with POWER at this effect.
+MIN_SPEEDUP = 1.2
+POWER = 0.8
+# The share of power the futility stops may cost at most (spent across looks like alpha).
+BETA = 0.2
+_TIE = 1e-9  # rounding, not a speedup: a run without any noise gives a point interval
+FIRST_LOOK = 2  # no look before two rounds: one round gives no variance between starts
+MAX_ROUNDS = 5
+
+METHOD = (
+    "randomized complete block design on log rates (rounds are blocks, configs treatments, fitted by least "
+    "squares over every measured cell; residual variance pooled across configs); many-to-one comparisons against "
+    "the baseline with Dunnett's one-sided critical value (multivariate t, equal correlation, computed by "
+    "numerical integration) for every candidate of the run; sequential looks from round 2, alpha spent linearly "
+    "in the share of planned rounds (Bonferroni across looks); futility when the optimistic bound cannot reach "
+    "the planned speedup")
+
+
+# ---------------------------------------------------------------------------------------------
+# the multivariate t: Dunnett's critical values
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _simpson(lo: float, hi: float, n: int) -> list[tuple[float, float]]:
+    """Nodes and weights of composite Simpson's rule on [lo, hi] with n (even) intervals."""
+    h = (hi - lo) / n
+    return [(lo + i * h, h / 3.0 * (1 if i in (0, n) else 4 if i % 2 else 2)) for i in range(n + 1)]
+
+
+_Z_NODES = [(z, w * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)) for z, w in _simpson(-8.0, 8.0, 64)]
+
+
+@functools.lru_cache(maxsize=256)
+def _chi_nodes(df: int) -> tuple[tuple[float, float], ...]:
+    """Nodes and weights for E[g(S)], S = sqrt(chi2_df / df) (the pooled SD over the true SD)."""
+    if df <= 0:
+        raise ReportInputError(f"Dunnett: df must be at least 1, got {df}")
+    log_const = (df / 2.0) * math.log(df) - math.lgamma(df / 2.0) - (df / 2.0 - 1.0) * math.log(2.0)
+
+    def log_f(s: float) -> float:
+        return log_const + (df - 1) * math.log(s) - df * s * s / 2.0
+
+    peak = math.sqrt(max(df - 1, 0) / df)
+    top = log_f(max(peak, 1e-9))
+    hi = max(peak, 0.5)
+    while log_f(hi) > top - 40.0:
+        hi += 0.05 + hi / 10.0
+    lo = 0.0
+    if df > 2:
+        lo = peak
+        while lo > 1e-6 and log_f(lo) > top - 40.0:
+            lo = max(lo * 0.9 - 0.01, 1e-6)
+    nodes = []
+    for s, w in _simpson(lo, hi, 320 if df <= 2 else 160 if df <= 5 else 80):  # few df: a long tail in c * s
+        if s > 0:
+            nodes.append((s, w * math.exp(log_f(s))))
+        elif df == 1:  # the half-normal density does not vanish at 0
+            nodes.append((0.0, w * math.exp(log_const)))
+    total = sum(w for _s, w in nodes)
+    return tuple((s, w / total) for s, w in nodes)
+
+
+def mvt_max_cdf(c: float, m: int, rho: float, df: int | None, two_sided: bool = False) -> float:
+    """P(max_i T_i <= c) (or max_i |T_i| with ``two_sided``) for m t-variables with common correlation rho >= 0
+    and ``df`` degrees of freedom (None: normal). T_i = (sqrt(rho) Z + sqrt(1 - rho) Z_i) / S."""
+    rho = min(max(rho, 0.0), 0.999)
+    a, b = math.sqrt(rho), math.sqrt(1.0 - rho)
+    nodes = ((1.0, 1.0),) if df is None else _chi_nodes(int(df))
+    total = 0.0
+    for s, ws in nodes:
+        inner = 0.0
+        for z, wz in _Z_NODES:
+            upper = _norm_cdf((c * s + a * z) / b)
+            p = upper - _norm_cdf((-c * s + a * z) / b) if two_sided else upper
+            inner += wz * p ** m
+        total += ws * inner
+    return total
+
+
+@functools.lru_cache(maxsize=4096)
+def _dunnett(m: int, df: int | None, alpha: float, rho: float, two_sided: bool) -> float:
+    tail = alpha / 2.0 if two_sided else alpha
+    lo = t_quantile(1.0 - tail, df) if df is not None else _z(1.0 - tail)
+    hi = t_quantile(1.0 - tail / m, df) if df is not None else _z(1.0 - tail / m)
+    hi += 1e-6
+    target = 1.0 - alpha
+    f_lo = mvt_max_cdf(lo, m, rho, df, two_sided) - target
+    f_hi = mvt_max_cdf(hi, m, rho, df, two_sided) - target
+    if f_lo >= 0:
+        return lo
+    for _dummy in range(60):  # Illinois regula falsi
+        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        f_mid = mvt_max_cdf(mid, m, rho, df, two_sided) - target
+        if abs(f_mid) < 1e-9 or hi - lo < 1e-7:
+            return mid
+        if (f_mid > 0) == (f_hi > 0):
+            hi, f_hi = mid, f_mid
+            f_lo /= 2.0
+        else:
+            lo, f_lo = mid, f_mid
+            f_hi /= 2.0
+    return 0.5 * (lo + hi)
+
+
+def _z(q: float) -> float:
+    lo, hi = -40.0, 40.0
+    for _dummy in range(200):
+        mid = 0.5 * (lo + hi)
+        if _norm_cdf(mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def dunnett_c(m: int, df: int | None, alpha: float = ALPHA, rho: float = 0.5, two_sided: bool = False) -> float:
+    """Dunnett's critical value for m comparisons with one control: P(max_i T_i <= c) = 1 - alpha (one-sided) or
+    P(max_i |T_i| <= c) = 1 - alpha (``two_sided``). rho is the correlation between the comparisons (0.5 in a
+    complete block design: each difference shares the control's half of the variance); a smaller rho gives a
+    larger, safer c, so rho is rounded down to 3 decimals. ``df`` None is the normal limit."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ReportInputError(f"Dunnett: m must be a whole number of comparisons >= 1, got {m!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ReportInputError(f"Dunnett: alpha must lie in (0, 1), got {alpha!r}")
+    rho = math.floor(max(0.0, min(rho, 0.999)) * 1000.0 + 1e-6) / 1000.0
+    return _dunnett(m, None if df is None else int(df), float(alpha), rho, bool(two_sided))
+
+
+# ---------------------------------------------------------------------------------------------
+# the block design
+
+
+class Fit(NamedTuple):
+    """The least-squares fit of one endpoint: per candidate the log ratio to the baseline and its standard
+    error, the pooled residual SD ``s`` of one config's round value and its ``df``, the correlation between
+    the comparisons (``corr[a][b]``), and how many rounds each config has in the fit."""
+
+    estimate: dict[str, float]
+    se: dict[str, float]
+    corr: dict[str, dict[str, float]]
+    s: float | None
+    df: int
+    rounds: dict[str, int]
+    blocks: int
+
+
+def _solve_inverse(matrix: list[list[float]]) -> list[list[float]] | None:
+    """The inverse by Gauss-Jordan with partial pivoting; None when singular."""
+    n = len(matrix)
+    a = [row[:] + [1.0 if i == j else 0.0 for j in range(n)] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        p = a[col][col]
+        a[col] = [v / p for v in a[col]]
+        for r in range(n):
+            if r != col and a[r][col] != 0.0:
+                f = a[r][col]
+                a[r] = [x - f * y for x, y in zip(a[r], a[col])]
+    return [row[n:] for row in a]
+
+
+def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit | None:
+    """Fit ``y = tau_config + beta_round + e`` to ``cells`` ({config: {round: y}}) by least squares.
+
+    Only the rounds in which the baseline has a value are blocks (a comparison needs the baseline in its
+    block). None when the baseline has no value at all.
+    """
+    base = cells.get(baseline) or {}
+    blocks = sorted(base, key=repr)
+    if not blocks:
+        return None
+    names = [baseline] + [n for n in cells if n != baseline and any(r in base for r in cells[n])]
+    col = {n: i for i, n in enumerate(names)}
+    bcol = {r: len(names) + i - 1 for i, r in enumerate(blocks) if i > 0}
+    p = len(names) + len(blocks) - 1
+    xtx = [[0.0] * p for _dummy in range(p)]
+    xty = [0.0] * p
+    yy = 0.0
+    count = 0
+    rounds: dict[str, int] = {}
+    for n in names:
+        for r, y in cells[n].items():
+            if r not in base:
+                continue
+            if not isinstance(y, (int, float)) or isinstance(y, bool) or not math.isfinite(y):
+                raise ReportInputError(f"cell {n}/{r}: expected a finite number, got {y!r}")
+            idx = [col[n]] + ([bcol[r]] if r in bcol else [])
+            for i in idx:
+                xty[i] += y
+                for j in idx:
+                    xtx[i][j] += 1.0
+            yy += y * y
+            count += 1
+            rounds[n] = rounds.get(n, 0) + 1
+    inv = _solve_inverse(xtx)
+    if inv is None:
+        return None
+    beta = [sum(inv[i][j] * xty[j] for j in range(p)) for i in range(p)]
+    df = count - p
+    sse = max(0.0, yy - sum(b * v for b, v in zip(beta, xty)))
+    s = math.sqrt(sse / df) if df > 0 else None
+    b0 = col[baseline]
+    estimate, var = {}, {}
+    for n in names[1:]:
+        i = col[n]
+        estimate[n] = beta[i] - beta[b0]
+        var[n] = inv[i][i] + inv[b0][b0] - 2.0 * inv[i][b0]
+    corr: dict[str, dict[str, float]] = {}
+    for a in names[1:]:
+        corr[a] = {}
+        for b in names[1:]:
+            if a != b:
+                cov = inv[col[a]][col[b]] - inv[col[a]][b0] - inv[b0][col[b]] + inv[b0][b0]
+                corr[a][b] = cov / math.sqrt(var[a] * var[b])
+    se = {n: (s * math.sqrt(v) if s is not None else math.nan) for n, v in var.items()}
+    return Fit(estimate, se, corr, s, df, rounds, len(blocks))
+
+
+# ---------------------------------------------------------------------------------------------
+# verdicts
+
+
+def verdict(low: float | None, high: float | None, margin: float = EQUIVALENCE_MARGIN) -> str:
+    """WIN: the whole interval above 1; LOSS: below 1; EQUIVALENT: the whole interval within
+    [1 / (1 + margin), 1 + margin]; otherwise INCONCLUSIVE."""
+    if low is None or high is None:
+        return INCONCLUSIVE
+    if low > 1.0 + _TIE:
+        return WIN
+    if high < 1.0 - _TIE:
+        return LOSS
+    if low >= 1.0 / (1.0 + margin) and high <= 1.0 + margin:
+        return EQUIVALENT
+    return INCONCLUSIVE
+
+
+def _power_t(df: int) -> float:
+    return t_quantile(POWER, df)
+
+
+def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
+    """One candidate's row from a fit and a critical value: ratio, simultaneous interval, verdict, the noise
+    (the pooled SD of one config's round value, as a share) and the smallest speedup this fit could find with
+    POWER (``mde``)."""
+    d = fit.estimate[name]
+    row: dict[str, Any] = {"ratio": math.exp(d), "low": None, "high": None, "verdict": INCONCLUSIVE,
+                           "mde": None, "noise": None if fit.s is None else math.exp(fit.s) - 1.0,
+                           "df": fit.df, "rounds": fit.rounds.get(name, 0), "c": c}
+    if fit.s is None or not math.isfinite(fit.se[name]):
+        row["why"] = "no residual degrees of freedom: too few rounds to call"
+        return row
+    se = fit.se[name]
+    row.update(low=math.exp(d - c * se), high=math.exp(d + c * se), se=se,
+               mde=math.exp((c + _power_t(fit.df)) * se))
+    row["verdict"] = verdict(row["low"], row["high"], margin)
+    return row
+
+
+def _rho(fit: Fit, names: Sequence[str]) -> float:
+    vals = [fit.corr[a][b] for a in names for b in names if a != b]
+    return max(0.0, min(vals)) if vals else 0.5
+
+
+def fixed_analysis(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
+                   alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN) -> dict[str, dict[str, Any]]:
+    """One look at everything measured: every candidate with a value against the baseline, Dunnett's c for the
+    candidates of the family (``candidates``). Per-shape cells use this (exploratory)."""
+    fit = fit_blocks(cells, baseline)
+    out: dict[str, dict[str, Any]] = {}
+    if fit is None:
+        return out
+    present = [n for n in candidates if n in fit.estimate]
+    if not present:
+        return out
+    c = dunnett_c(max(1, len(candidates)), fit.df, alpha, _rho(fit, present)) if fit.df > 0 else math.inf
+    for n in present:
+        out[n] = comparison(fit, n, c, margin)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the sequential design
+
+
+def spent(n: int, max_rounds: int, total: float) -> float:
+    """The share of ``total`` spent at the look after round n (linear in n / max_rounds; the first look at
+    FIRST_LOOK spends its cumulative share)."""
+    if n < FIRST_LOOK:
+        return 0.0
+    previous = 0.0 if n == FIRST_LOOK else total * (n - 1) / max_rounds
+    return total * min(n, max_rounds) / max_rounds - previous
+
+
+def approximate_power(delta: float, se: float, c: float, df: int) -> float:
+    """P(estimate - c * se > 0) when the true log ratio is delta (a shifted t, close to the noncentral t)."""
+    return 1.0 - t_cdf(c - delta / se, df)
+
+
+def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect: float = MIN_SPEEDUP,
+                 power: float = POWER, limit: int = 50) -> int | None:
+    """The rounds a fixed design needs for ``power`` at ``effect`` with the pooled noise ``s``: the design the
+    sequential one is compared with for the restarts it saved. None past ``limit``."""
+    delta = math.log(effect)
+    for r in range(FIRST_LOOK, limit + 1):
+        df = (configs - 1) * (r - 1)
+        se = s * math.sqrt(2.0 / r)
+        if se <= 0 or approximate_power(delta, se, dunnett_c(m, df, alpha), df) >= power:
+            return r
+    return None
+
+
+def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
+               max_rounds: int = MAX_ROUNDS, alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN,
+               min_speedup: float = MIN_SPEEDUP, beta: float = BETA, looks: bool = True) -> dict[str, Any]:
+    """Replay the looks of a run over ``cells`` ({config: {round index: y}}, rounds numbered 0, 1, ...).
+
+    With ``looks`` the run is sequential: a look after every round from FIRST_LOOK to ``max_rounds``; else one
+    look after the last round measured, with all of alpha. Returns ``{"verdicts": {name: row}, "active":
+    [names still undecided], "looks": [...], "final": bool}``. A candidate tested at a look is one not decided
+    before with a value in that look's latest round (a config stopped for another reason has none).
+    """
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ReportInputError(f"max_rounds: expected a whole number of rounds >= 1, got {max_rounds!r}")
+    base = cells.get(baseline) or {}
+    done = sorted(r for r in base if isinstance(r, int))
+    measured = len(done)
+    m = max(1, len(candidates))
+    verdicts: dict[str, dict[str, Any]] = {}
+    history: list[dict[str, Any]] = []
+    points = list(range(FIRST_LOOK, min(measured, max_rounds) + 1)) if looks else (
+        [min(measured, max_rounds)] if measured >= FIRST_LOOK else [])
+    decided: set[str] = set()
+    for n in points:
+        final = n >= max_rounds or not looks
+        sub = {c: {r: y for r, y in v.items() if r < n} for c, v in cells.items()}
+        fit = fit_blocks(sub, baseline)
+        active = [c for c in candidates if c not in decided and (n - 1) in (cells.get(c) or {})]
+        look: dict[str, Any] = {"after_round": n, "tested": active, "decided": {}}
+        history.append(look)
+        if fit is None or fit.df <= 0 or not active:
+            look["why"] = "no residual degrees of freedom" if fit is not None and active else "nothing to test"
+            continue
+        a_n = alpha if not looks else spent(n, max_rounds, alpha)
+        b_n = spent(n, max_rounds, beta) if looks else 0.0
+        c = dunnett_c(m, fit.df, a_n, _rho(fit, [x for x in active if x in fit.estimate]))
+        look.update(alpha=a_n, c=c, df=fit.df, noise=math.exp(fit.s) - 1.0 if fit.s is not None else None)
+        for name in active:
+            if name not in fit.estimate:
+                continue
+            row = comparison(fit, name, c, margin)
+            row.update(look=n, alpha_spent=a_n)
+            stop = None
+            if row["verdict"] in (WIN, LOSS):
+                stop = row["verdict"].lower()
+            elif looks and not final and b_n > 0:
+                optimistic = fit.estimate[name] + t_quantile(1.0 - b_n, fit.df) * fit.se[name]
+                if optimistic < math.log(min_speedup):
+                    stop = "futile"
+                    row["why"] = (f"stopped after round {n}: even its optimistic bound "
+                                  f"({math.exp(optimistic):.3f}x) cannot reach {min_speedup:g}x")
+            verdicts[name] = row
+            if stop:
+                row["stopped"] = stop
+                decided.add(name)
+                look["decided"][name] = stop
+    active = [c for c in candidates if c not in decided]
+    final = measured >= max_rounds or (bool(points) and not looks)
+    why = (f"too few rounds to call: {measured} measured, the first look is after round {FIRST_LOOK}"
+           if measured < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
+    for name in candidates:
+        verdicts.setdefault(name, {"ratio": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
+                                   "mde": None, "noise": None, "rounds": len(cells.get(name) or {}), "why": why})
+    return {"verdicts": verdicts, "active": [] if final else active, "looks": history, "final": final,
+            "rounds_measured": measured, "max_rounds": max_rounds, "sequential": looks}

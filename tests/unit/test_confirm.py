@@ -1,0 +1,107 @@
+"""The confirmatory endpoint of a run: end-to-end against decode, its weights, the design's inputs, report.json's C3."""
+from __future__ import annotations
+
+import pytest
+from ab_runs import make_run
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+
+DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20)}
+START = {0: 1.0, 1: 1.03, 2: 0.98}
+
+
+def _slow_prefill(run: dict, config: str, seconds: float) -> dict:
+    """The config's every request spends ``seconds`` more before decoding (a draft model's own prefill)."""
+    for e in run["entries"]:
+        if e["config"] == config:
+            for r in e["bench"]["requests"]:
+                r["wall_s"] += seconds
+    return run
+
+
+def test_end_to_end_counts_what_decode_leaves_out():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=3)
+    run = _slow_prefill(_slow_prefill(run, "baseline", 0.05), "d", 2.05)
+    judged = jd.judge(run, n_boot=100)
+    conf = judged["confirmatory"]
+    assert conf["endpoint"] == "e2e"
+    # 1.5x faster decoding, but 2 s more before the first token: a loss for the whole request
+    assert conf["verdicts"]["d"]["verdict"] == "LOSS" and conf["verdicts"]["d"]["ratio"] < 1.0
+    prose = judged["configs"]["d"]["shapes"]["prose"]
+    assert prose["verdict"] == "WIN" and prose["e2e"]["verdict"] == "LOSS"
+    assert prose["ttft"]["value"] > 1900 and prose["ttft"]["speedup"] < 0.1  # ms; sooner is above 1
+    assert judged["recommendation"]["keep_baseline"] is True
+    # the operator judges on decode instead: the same run is a WIN, and the report says which
+    run["design"] = {"endpoint": "decode", "sequential": False}
+    decode = jd.judge(run, n_boot=100)
+    assert decode["confirmatory"]["endpoint"] == "decode"
+    assert decode["confirmatory"]["verdicts"]["d"]["verdict"] == "WIN"
+    assert "**decode tokens/s" in rp.markdown(rp.build_document(run, decode))
+
+
+def test_the_endpoint_weighs_the_measured_shapes_equally_a_declared_mix_or_one_shape():
+    shapes = ["prose", "echo"]
+    assert _confirm.weights_of(None, shapes, {})[0] == {"prose": 0.5, "echo": 0.5}
+    assert _confirm.weights_of({"echo": 1.0}, shapes, {})[1].startswith("the declared traffic mix")
+    assert _confirm.weights_of({"echo": 1.0}, shapes, {"primary_shape": "prose"})[0] == {"prose": 1.0}
+    speedup = {"prose": 2.0, "echo": 1.0, "structured": 1.0, "identity": 1.0}
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=speedup, start=START)}, rounds=3)
+    run["design"] = {"primary_shape": "prose", "sequential": False}
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert conf["weights"] == {"prose": 1.0} and conf["verdicts"]["d"]["ratio"] == pytest.approx(2.0, rel=0.01)
+
+
+@pytest.mark.parametrize(("design", "match"), [
+    ({"endpoint": "tokens"}, "spec_ab_judge_on"), ({"max_rounds": 0}, "spec_ab_max_rounds"),
+    ({"alpha": 0.7}, "alpha"), ({"min_speedup": 0.9}, "above 1"), ({"colour": "red"}, "unknown key"),
+    ("sequential", "expected a mapping")])
+def test_a_bad_design_is_refused_naming_the_key(design, match):
+    run = make_run({"baseline": {}, "d": dict(DRAFTER)}, rounds=2)
+    run["design"] = design
+    with pytest.raises(st.ReportInputError, match=match):
+        jd.judge(run, n_boot=100)
+
+
+def test_report_json_carries_the_confirmatory_object_of_contract_c3():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.6, start=START), "twin": {"start": START}},
+                   rounds=3)
+    run["design"] = {"max_rounds": 3, "sequential": True}
+    doc = rp.build_document(run, jd.judge(run, n_boot=100))
+    conf = doc["confirmatory"]
+    assert {"endpoint", "weights", "method", "alpha", "verdicts", "recommendation"} <= set(conf)
+    assert conf["endpoint"] in ("e2e", "decode") and conf["alpha"] == 0.05
+    for row in conf["verdicts"].values():
+        assert {"verdict", "ratio", "low", "high", "mde", "noise"} <= set(row)
+        assert row["verdict"] in ("WIN", "LOSS", "EQUIVALENT", "INCONCLUSIVE")
+    assert conf["verdicts"]["d"]["verdict"] == "WIN" and conf["recommendation"] == "d"
+    assert conf["restarts"]["used"] == len(run["entries"])
+
+
+def test_the_prediction_uses_the_verification_and_prefill_timed_within_the_starts():
+    draft = "/opt/specdec/models/draft.gguf"
+    run = make_run({
+        "baseline": {},
+        "d": dict(DRAFTER, speedup=1.5, k=4, metrics=True, drafts_per_request=8, per_pos=[8, 6, 4, 2],
+                  server_config={"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": draft}),
+        "draft-alone": {"speedup": 10.0, "server_config": {"LLAMA_ARG_MODEL": draft},
+                        "text": lambda shape, p, rnd, rep: f"draft text {shape} {p}"},
+    }, rounds=2)
+    timed = {"baseline": {"1": 20.0, "5": 40.0}, "draft-alone": {"1": 2.0, "5": 4.0}}
+    for e in run["entries"]:
+        if e["config"] in timed:
+            e["bench"]["verify"] = {"batches": timed[e["config"]], "k": [4]}
+    judged = jd.judge(run, n_boot=100)
+    p = next(x for x in judged["prediction"] if x["config"] == "d" and x["shape"] == "prose")
+    a = p["expected_accepted"]
+    prefill = 2.0 + (4.0 - 2.0) * (a - 1.0) / 4.0  # linear between the probe's batches of 1 and 5
+    assert p["verify_ms"] == pytest.approx(40.0) and p["verify_source"].startswith("measured on the baseline's start")
+    assert p["predicted_tok_s"] == pytest.approx(1000.0 * a / (prefill + 3 * p["d_s_ms"] + 40.0))
+    assert "prefill" in p["draft_source"]
+    # without the batch timings the arithmetic's 1.1 target steps stand in, and the row says so
+    for e in run["entries"]:
+        e["bench"].pop("verify", None)
+    p = next(x for x in jd.judge(run, n_boot=100)["prediction"] if x["config"] == "d" and x["shape"] == "prose")
+    assert p["verify_ms"] == pytest.approx(1.1 * p["t_s_ms"]) and p["verify_source"].startswith("assumed")

@@ -1,0 +1,174 @@
+"""The run's statistics: Dunnett's critical values, the block design, the verdict words, the sequential looks."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design as ds
+
+# Dunnett's tables (one control, m comparisons, equal group sizes: rho = 0.5), 5 %, one-sided and two-sided,
+# as printed in the published tables (Dunnett 1955 and 1964; two decimals).
+ONE_SIDED_05 = {
+    5: [2.02, 2.44, 2.68, 2.85, 2.98],
+    10: [1.81, 2.15, 2.34, 2.47, 2.56],
+    20: [1.72, 2.03, 2.19, 2.30, 2.39],
+    60: [1.67, 1.95, 2.10, 2.21, 2.28],
+    None: [1.64, 1.92, 2.06, 2.16, 2.23],
+}
+TWO_SIDED_05 = {
+    5: [2.57, 3.03, 3.29, 3.48, 3.62],
+    10: [2.23, 2.57, 2.76, 2.89, 2.99],
+    20: [2.09, 2.38, 2.54, 2.65, 2.73],
+    None: [1.96, 2.21, 2.35, 2.44, 2.51],
+}
+ONE_SIDED_01 = {10: [2.76, 3.11, 3.31, 3.45, 3.56], None: [2.33, 2.56, 2.68, 2.77, 2.84]}
+
+
+@pytest.mark.parametrize(("table", "alpha", "two_sided"), [(ONE_SIDED_05, 0.05, False), (TWO_SIDED_05, 0.05, True),
+                                                           (ONE_SIDED_01, 0.01, False)])
+def test_dunnett_critical_values_match_the_published_tables(table, alpha, two_sided):
+    for df, row in table.items():
+        for m, published in enumerate(row, start=1):
+            assert ds.dunnett_c(m, df, alpha, 0.5, two_sided) == pytest.approx(published, abs=0.006), (df, m)
+
+
+def test_very_few_degrees_of_freedom_match_a_simulation():
+    # 4 million draws of max_i (Z_i - Z_0) / sqrt(2) / S (numpy, seed 1): the 95 % quantiles
+    assert ds.dunnett_c(4, 1, 0.05) == pytest.approx(13.08, abs=0.1)
+    assert ds.dunnett_c(9, 1, 0.05) == pytest.approx(17.31, abs=0.15)
+    assert ds.dunnett_c(4, 2, 0.05) == pytest.approx(4.710, abs=0.02)
+
+
+def test_one_comparison_is_students_t_and_independence_is_sidak():
+    for df in (1, 2, 4, 12):
+        assert ds.dunnett_c(1, df, 0.05) == pytest.approx(st.t_quantile(0.95, df), abs=2e-4)
+    # rho = 0, normal: P(max Z_i <= c) = Phi(c)^m exactly
+    c = ds.dunnett_c(4, None, 0.05, rho=0.0)
+    assert (0.5 * math.erfc(-c / math.sqrt(2))) ** 4 == pytest.approx(0.95, abs=1e-5)
+    # more correlation, less multiplicity: a smaller c
+    assert ds.dunnett_c(4, 10, 0.05, rho=0.8) < ds.dunnett_c(4, 10, 0.05, rho=0.5) < ds.dunnett_c(4, 10, 0.05, rho=0.2)
+
+
+def test_the_critical_value_holds_its_error_rate_by_simulation():
+    rng = random.Random(5)
+    m, df, c = 4, 8, ds.dunnett_c(4, 8, 0.05)
+    hits = 0
+    for _dummy in range(20000):
+        s = math.sqrt(sum(rng.gauss(0, 1) ** 2 for _k in range(df)) / df)
+        z0 = rng.gauss(0, 1)
+        hits += max((rng.gauss(0, 1) - z0) / math.sqrt(2) / s for _i in range(m)) > c
+    assert hits / 20000 == pytest.approx(0.05, abs=0.006)
+
+
+def test_a_complete_block_design_is_the_paired_means_with_the_pooled_residual():
+    y = {"baseline": {0: 1.0, 1: 1.2, 2: 0.9}, "a": {0: 1.3, 1: 1.4, 2: 1.3}, "b": {0: 0.95, 1: 1.25, 2: 0.8}}
+    fit = ds.fit_blocks(y, "baseline")
+    for name in ("a", "b"):
+        assert fit.estimate[name] == pytest.approx(sum(y[name][r] - y["baseline"][r] for r in range(3)) / 3)
+    grand = sum(v for c in y.values() for v in c.values()) / 9
+    row = {c: sum(v.values()) / 3 for c, v in y.items()}
+    col = {r: sum(y[c][r] for c in y) / 3 for r in range(3)}
+    sse = sum((y[c][r] - row[c] - col[r] + grand) ** 2 for c in y for r in range(3))
+    assert fit.df == 4 and fit.s == pytest.approx(math.sqrt(sse / 4))
+    assert fit.se["a"] == pytest.approx(fit.s * math.sqrt(2 / 3))
+    assert fit.corr["a"]["b"] == pytest.approx(0.5)
+
+
+def test_a_config_dropped_early_still_gives_its_rounds_to_the_residual():
+    rng = random.Random(1)
+    y = {n: {r: rng.gauss(0, 0.05) for r in range(4)} for n in ("baseline", "a", "b")}
+    y["c"] = {0: 0.3, 1: 0.32}  # decided after round 2
+    fit = ds.fit_blocks(y, "baseline")
+    assert fit.df == 14 - 4 - 4 + 1
+    # the undropped candidates' comparisons are still the paired means, correlated 0.5
+    assert fit.estimate["a"] == pytest.approx(sum(y["a"][r] - y["baseline"][r] for r in range(4)) / 4)
+    assert fit.corr["a"]["b"] == pytest.approx(0.5)
+    assert fit.rounds == {"baseline": 4, "a": 4, "b": 4, "c": 2}
+
+
+def test_verdict_words():
+    assert ds.verdict(1.01, 1.3) == ds.WIN
+    assert ds.verdict(0.7, 0.99) == ds.LOSS
+    assert ds.verdict(0.97, 1.04, 0.05) == ds.EQUIVALENT
+    assert ds.verdict(0.9, 1.2, 0.05) == ds.INCONCLUSIVE
+    assert ds.verdict(None, None) == ds.INCONCLUSIVE
+    # a point interval from data without noise is not a speedup of 1e-15
+    assert ds.verdict(1.0 + 1e-15, 1.0 + 1e-15) == ds.EQUIVALENT
+
+
+def test_alpha_spent_across_the_looks_adds_up_to_alpha():
+    for max_rounds in (2, 3, 5, 8):
+        assert sum(ds.spent(n, max_rounds, 0.05) for n in range(1, max_rounds + 1)) == pytest.approx(0.05)
+    assert ds.spent(1, 5, 0.05) == 0.0 and ds.spent(2, 5, 0.05) == pytest.approx(0.02)
+
+
+def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> dict[str, dict[int, float]]:
+    rng = random.Random(seed)
+    return {n: {r: math.log(e) + rng.gauss(0, sigma) for r in range(rounds)} for n, e in effects.items()}
+
+
+def test_a_clear_win_stops_at_the_first_look_and_the_rest_go_on():
+    cells = {"baseline": {0: 0.0, 1: 0.02}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01},
+             "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03}}
+    out = ds.sequential(cells, "baseline", ["fast", "maybe"], max_rounds=5)
+    fast = out["verdicts"]["fast"]
+    assert fast["verdict"] == ds.WIN and fast["stopped"] == "win" and fast["look"] == 2
+    assert fast["low"] > 1.0 and fast["noise"] is not None and fast["mde"] > 1.0
+    assert out["verdicts"]["maybe"]["verdict"] == ds.INCONCLUSIVE and "stopped" not in out["verdicts"]["maybe"]
+    assert out["active"] == ["maybe"] and not out["final"]
+    assert out["looks"][0]["alpha"] == pytest.approx(0.02)
+
+
+def test_a_candidate_that_cannot_reach_the_planned_speedup_stops_as_futile():
+    cells = _cells({"baseline": 1.0, "slow": 0.97, "same": 1.0}, 3, 0.01, 4)
+    out = ds.sequential(cells, "baseline", ["slow", "same"], max_rounds=5)
+    same = out["verdicts"]["same"]
+    assert same["stopped"] == "futile" and same["verdict"] in (ds.EQUIVALENT, ds.INCONCLUSIVE)
+    assert "cannot reach 1.2x" in same["why"]
+
+
+def test_the_last_look_decides_what_is_left_and_a_dropped_candidate_is_not_tested_again():
+    cells = _cells({"baseline": 1.0, "a": 1.05, "b": 1.0}, 3, 0.08, 9)
+    cells["b"] = {0: cells["b"][0], 1: cells["b"][1]}  # measured no more after round 2 (say, INVALID)
+    out = ds.sequential(cells, "baseline", ["a", "b"], max_rounds=3, beta=0.0)
+    assert out["final"] and out["active"] == []
+    assert out["looks"][-1]["tested"] == ["a"]
+    assert out["verdicts"]["b"]["look"] == 2
+    assert out["verdicts"]["a"]["verdict"] in ds.VERDICTS
+
+
+def test_one_round_gives_inconclusive_with_why():
+    out = ds.sequential(_cells({"baseline": 1.0, "a": 2.0}, 1, 0.01, 1), "baseline", ["a"], max_rounds=1)
+    assert out["verdicts"]["a"]["verdict"] == ds.INCONCLUSIVE and "too few rounds" in out["verdicts"]["a"]["why"]
+    assert out["final"]
+
+
+def test_family_wise_false_wins_over_null_runs_stay_at_alpha():
+    """Four null candidates, the whole sequential design, 200 runs: a false WIN in at most about 5 % of runs."""
+    false_runs = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        names = ["baseline", "a", "b", "c", "d"]
+        cells: dict[str, dict[int, float]] = {n: {} for n in names}
+        active = names[1:]
+        for r in range(5):
+            if not active:
+                break
+            block = rng.gauss(0, 0.05)
+            for n in ["baseline", *active]:
+                cells[n][r] = block + rng.gauss(0, 0.05)
+            if r >= 1:
+                active = ds.sequential(cells, "baseline", names[1:], max_rounds=5)["active"]
+        out = ds.sequential(cells, "baseline", names[1:], max_rounds=5)
+        false_runs += any(v["verdict"] == ds.WIN for v in out["verdicts"].values())
+    assert false_runs / 200 <= 0.08  # 5 % and binomial spread at 200 runs (benchmarks/calibration.py runs thousands)
+
+
+def test_the_fixed_design_of_the_same_power_needs_more_rounds_at_more_noise():
+    quiet = ds.fixed_rounds(0.02, 4, 5)
+    loud = ds.fixed_rounds(0.10, 4, 5)
+    assert quiet == 2 and loud > 5
+    assert ds.fixed_rounds(0.5, 4, 5, limit=10) is None
