@@ -111,6 +111,16 @@ def promoted_env(evidence: Mapping[str, Any]) -> Dict[str, str]:
     return {str(k): str(v) for k, v in env.items()}
 
 
+def promoted_model_env(evidence: Mapping[str, Any]) -> Dict[str, str]:
+    """The env whose model variables name the promoted config's model files: its rendering's effective env (a
+    hand-written unit's command line as LLAMA_ARG_*, ``-m`` included) when the report kept one, else its env."""
+    config = promoted_config(evidence)
+    effective = (config.get("rendering") or {}).get("effective_env")
+    if isinstance(effective, Mapping):
+        return {str(k): str(v) for k, v in effective.items()}
+    return promoted_env(evidence)
+
+
 def model_paths(env: Mapping[str, Any]) -> List[str]:
     """The model files a llama-server with this env loads: its model variables, then -m / -md in LLAMA_EXTRA_ARGS."""
     paths: List[str] = []

@@ -41,6 +41,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state impor
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import query as query_lock
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import MAX_TEXT, tokenizer_fingerprint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
+from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import read_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
 
 SAMPLE_BYTES = 1 << 20
@@ -122,6 +123,7 @@ class UnitView:
 
     def __init__(self, unit: str, run: Runner, proc: str = "/proc") -> None:
         self.unit = service_name(unit)
+        self.run = run
         self.systemctl = Systemctl(run)
         self.proc = ProcView(proc)
         props = ("MainPID", "ActiveState", "ExecMainStartTimestamp")
@@ -151,7 +153,14 @@ class UnitView:
         return self.proc.environ(self.pid) if self.pid else None
 
     def pending_env(self) -> Dict[str, str]:
-        """The env the unit's next start reads from its env files, in systemd's order and parsing."""
+        """The env the unit's next start gets, in systemd's order and parsing: its Environment=, EnvironmentFile=s
+        and UnsetEnvironment= (``_serving_unit``'s reading), else, for a unit that reading refuses, its env files."""
+        try:
+            unit = read_unit(self.unit, self.run, proc=self.proc.proc)
+        except SpecdecError:
+            unit = {}
+        if unit.get("installed"):
+            return dict(unit["env"])
         return read_env_files([path for path, _ignore in self.env_files])
 
 
@@ -225,7 +234,7 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         result["evidence_age_seconds"] = round((now() - measured_at).total_seconds(), 1)
 
     then = (report.get("environment") or {}).get("measured_on")
-    paths = drift.model_paths(promoted)
+    paths = drift.model_paths(drift.promoted_model_env(evidence))
     build_path = params.get("build_record") or (then or {}).get("build_record_path") or FACTS_FILE
     current = snapshot(unit, paths, build_path, run, now)
     result["now"] = current

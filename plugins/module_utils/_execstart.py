@@ -30,11 +30,15 @@ Only parsing and writing: reading the files and the host's facts for the specifi
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 WHITESPACE = " \t\n\r"
+# A promoted exec-form winner: a persistent drop-in in /etc/systemd/system/<unit>.d/ that sorts before the A/B
+# candidate's transient one (``_systemd.DROPIN_NAME``, 50-...), so an A/B run on a promoted unit still replaces
+# its ExecStart= with each candidate's.
+PROMOTED_DROPIN = "40-llmfleet-specdec-promoted.conf"
 COMMENTS = "#;"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # ExecStart= prefixes systemd 252 knows, on the first word (in any order, each once).
@@ -381,9 +385,45 @@ def quote_exec_argv(argv: Sequence[str], prefix: str = "") -> str:
     if bad or prefix.count("-") > 1 or ("+" in prefix and "!" in prefix) or prefix.count("!") > 2:
         raise UnitSyntaxError(f"the ExecStart= prefix {prefix!r}: give nothing, or '-', '+', '!' or '!!'")
     program = argv[0]
-    if not program or any(c in program for c in "\\\"'%$") or any(ord(c) < 32 or ord(c) == 127 for c in program):
-        raise UnitSyntaxError(f"the program {program!r} must be a plain path (no quotes, backslashes, % or $)")
+    if not program or any(c in program for c in "\\\"'%$ ") or any(ord(c) < 32 or ord(c) == 127 for c in program):
+        raise UnitSyntaxError(f"the program {program!r} must be a plain path (no blanks, quotes, backslashes, % or $)")
     return prefix + program + "".join(" " + quote_exec_word(word) for word in argv[1:])
+
+
+class ExecStart(NamedTuple):
+    """A candidate's whole command line (form exec): the argv, program first, and the ExecStart= prefix kept."""
+
+    argv: Tuple[str, ...]
+    prefix: str
+
+    def lines(self) -> str:
+        """Drop-in lines: an empty ExecStart= resets production's, then the candidate's, quoted for systemd."""
+        return ("# The candidate's whole command line (form exec): the empty ExecStart= drops production's.\n"
+                "ExecStart=\nExecStart=" + quote_exec_argv(self.argv, self.prefix) + "\n")
+
+
+def check_exec_start(argv: Any, prefix: Any = "") -> ExecStart:
+    """A command line to write validated: a non-empty list of strings, a plain program, and quoting that systemd
+    reads back unchanged (parsed and expanded again here: the round trip is the proof)."""
+    if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
+        raise UnitSyntaxError("exec_start must be a non-empty list of strings, the program first")
+    command = ExecStart(tuple(argv), str(prefix or ""))
+    try:
+        back = expand_argv(parse_exec(quote_exec_argv(command.argv, command.prefix), {})[0].argv, {}).argv
+    except UnitSyntaxError as exc:
+        raise UnitSyntaxError(f"exec_start: {exc}; nothing was written") from None
+    if back != command.argv:
+        raise UnitSyntaxError(f"exec_start {list(argv)!r} does not read back unchanged from its ExecStart= line; "
+                              "nothing was written")
+    return command
+
+
+def quote_environment(name: str, value: str) -> str:
+    """One ``Environment=`` word for NAME=value that systemd reads back as exactly that (no $ expansion there)."""
+    if not _ENV_NAME.match(name):
+        raise UnitSyntaxError(f"{name!r} is not an environment variable name")
+    word = quote_exec_word(f"{name}={value}")
+    return word.replace("$$", "$") if word.startswith('"') else word
 
 
 # ------------------------------------------------------------------ $VAR at spawn time

@@ -32,15 +32,17 @@ runtime ``-e`` options instead), ``env`` the server's environment and ``argv`` t
 the preflight lints ``env`` with ``argv`` as flags. Both forms also give ``form``, ``exec_start`` (None in form
 ``env``), ``exec_prefix``, ``server_config`` (what the config changes, in the env vocabulary the report and the
 judge read), ``effective_env`` (every llama-server option as its ``LLAMA_ARG_*``, for the quality and model
-checks) and ``refused``: the settings the server would silently ignore (``_unit_command.outranked``: in form
-``env`` a variable whose flag is on production's command line; in both forms a config that sets one option as
-a variable and as a flag), each naming the flag.
+checks), ``host_env`` / ``host_argv`` (``env`` and ``argv`` with a container's paths as the host sees them
+through its bind mounts: what the preflight reads on the host) and ``refused``: the settings the server would
+silently ignore (``_unit_command.outranked``: in form ``env`` a variable whose flag is on production's command
+line; in both forms a config that sets one option as a variable and as a flag), each naming the flag.
 """
 from __future__ import annotations
 
 import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
@@ -192,6 +194,8 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         "exec_prefix": "",
         "server_config": dict(override),
         "effective_env": dict(process_env),
+        "host_env": dict(process_env),
+        "host_argv": list(argv),
         "refused": refused,
     }
 
@@ -212,6 +216,7 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
     except uc.CommandError as exc:
         raise RenderError(str(exc)) from None
     kept: Dict[str, str | None] = dict(applied["env"])
+    volumes = list((unit.get("container") or {}).get("volumes") or [])
     if applied["container_env"] is not None:
         process_env = dict(applied["container_env"])
     else:
@@ -236,7 +241,11 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
         "exec_start": list(applied["argv"]),
         "exec_prefix": str(unit.get("exec_prefix") or ""),
         "server_config": _settings(override, tokens, backend),
-        "effective_env": _effective_env(process_env, applied["server_args"], backend),
+        # a container's paths as the host sees them (its bind mounts): what the preflight reads on the host
+        "effective_env": {k: uc.host_path(v, volumes) for k, v in
+                          _effective_env(process_env, applied["server_args"], backend).items()},
+        "host_env": {k: uc.host_path(v, volumes) for k, v in process_env.items()},
+        "host_argv": [uc.host_path(a, volumes) for a in applied["server_args"]],
         "refused": refused,
     }
 
@@ -270,3 +279,47 @@ def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, 
                               f"cannot set env or flags ({', '.join(changed)}): make that another config")
         out[name] = rendering
     return out
+
+
+def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], table: Sequence[str] = (),
+                   force: bool = False, env_dir: str = "/etc/llmfleet-specdec") -> Dict[str, Any]:
+    """A form ``exec`` winner as a persistent drop-in (``es.PROMOTED_DROPIN``): its measured command line, and its
+    remaining variables in an env file the drop-in adds last (as the A/B's transient drop-in did). Refused when
+    the run's rendering is not form exec, or production's command line changed since the run measured it
+    (``force`` takes it anyway)."""
+    configs = {c.get("name"): c for c in report.get("configs") or []}
+    run = report.get("run_id")
+    unit = str(live.get("unit") or "the unit")
+    rendering = (configs.get(winner) or {}).get("rendering") or {}
+    if rendering.get("form") != "exec" or not rendering.get("exec_start"):
+        raise RenderError(f"{unit} runs its own command line (form exec), but run {run} measured {winner!r} in form "
+                          f"{rendering.get('form') or 'env'}: re-run the A/B against this unit, then promote")
+    if live.get("form") != "exec":
+        raise RenderError(f"{unit} is form {live.get('form')} now (its unit changed since run {run}); re-measure")
+    measured = list(((configs.get(report.get("baseline")) or {}).get("rendering") or {}).get("exec_start") or [])
+    now = list(live.get("argv") or [])
+    winner_argv = list(rendering["exec_start"])
+    if now not in (measured, winner_argv) and not force:
+        raise RenderError(f"{unit}'s command line changed since run {run} measured it (measured: {' '.join(measured)}; "
+                          f"now: {' '.join(now)}); re-run the A/B, or set specdec_promote_force=true to install the "
+                          "measured command line over the change")
+    kept = dict(rendering.get("override") or {})
+    env_path = f"{env_dir}/{unit}.promoted.env"
+    lines = [f"# Written by llmfleet.specdec playbooks/promote.yml: {unit} runs config {winner} of run {run}.",
+             "# Remove this file (and daemon-reload, restart) to go back to the unit's own command line."]
+    lines += [line if line.startswith("#") else "# " + line for line in table]
+    lines.append("[Service]")
+    if any(v is not None for v in kept.values()):
+        lines.append(f"EnvironmentFile={env_path}")
+    unset = sorted(k for k, v in kept.items() if v is None)
+    if unset:
+        lines.append("UnsetEnvironment=" + " ".join(unset))
+    try:
+        command = es.check_exec_start(winner_argv, rendering.get("exec_prefix") or "")
+        lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
+        env_lines = render_lines({k: v for k, v in kept.items() if v is not None}, f"promotion of {winner}")
+    except (SpecdecError, EnvFileError) as exc:
+        raise RenderError(str(exc)) from None
+    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+            "env_file": env_path, "env_text": ("\n".join(env_lines) + "\n") if env_lines else None,
+            "exec_start": winner_argv, "measured_production": measured}

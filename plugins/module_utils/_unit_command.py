@@ -260,6 +260,35 @@ def _container_env(options: Sequence[Sequence[Any]], unit_env: Mapping[str, str]
     return env, sorted(from_files)
 
 
+def _volumes(options: Sequence[Sequence[Any]]) -> List[List[str]]:
+    """Bind mounts (host path, container path) from -v/--volume and --mount type=bind (named volumes left out)."""
+    out = []
+    for _start, _end, name, value, _alone in options:
+        if not value:
+            continue
+        if name == "volume":
+            parts = value.split(":")
+            if len(parts) >= 2 and parts[0].startswith("/") and parts[1].startswith("/"):
+                out.append([parts[0], parts[1]])
+        elif name == "mount":
+            fields = dict(part.partition("=")[::2] for part in value.split(","))
+            src = fields.get("source") or fields.get("src")
+            dst = fields.get("target") or fields.get("destination") or fields.get("dst")
+            if fields.get("type") == "bind" and src and dst:
+                out.append([src, dst])
+    return out
+
+
+def host_path(value: str, volumes: Sequence[Sequence[str]]) -> str:
+    """A container path as the host sees it through the bind mounts (the longest mount wins); unchanged otherwise."""
+    best = None
+    for src, dst in volumes:
+        dst = dst.rstrip("/") or "/"
+        if (value == dst or value.startswith(dst + "/")) and (best is None or len(dst) > len(best[1])):
+            best = (src.rstrip("/"), dst)
+    return best[0] + value[len(best[1]):] if best else value
+
+
 def describe(argv: Sequence[str], env: Mapping[str, str] | None = None, backend: str | None = None,
              unit: str = "the unit", read_files: bool = True) -> Dict[str, Any]:
     """The command line's form (see the module docstring); CommandError for anything else."""
@@ -294,7 +323,8 @@ def describe(argv: Sequence[str], env: Mapping[str, str] | None = None, backend:
         container = {"runtime": run["runtime"], "image": run["image"], "image_at": image_at,
                      "options": [list(o) for o in run["options"]], "env": container_env, "env_from_files": from_files,
                      "network": next((o[3] for o in run["options"] if o[2] in ("network", "net")), None),
-                     "publish": [o[3] for o in run["options"] if o[2] == "publish" and o[3]]}
+                     "publish": [o[3] for o in run["options"] if o[2] == "publish" and o[3]],
+                     "volumes": _volumes(run["options"])}
         return {"form": "exec", "kind": "container", "engine": engine, "argv": argv, "launcher": None,
                 "server_at": at, "server_args": argv[at:], "container": container, "server_env": container["env"]}
     program = _base(argv[0])

@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as live_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvConfig,
@@ -53,6 +54,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     render_env_file,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._execstart import ExecStart, check_exec_start
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, request
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
     ProcView,
@@ -216,6 +218,7 @@ class UnitOverride:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, health_timeout: int = 120, port_timeout: int = 30) -> None:
         self.sd = Systemctl(run)
+        self.run = run
         self.check_mode = check_mode
         self.run_dir = run_dir
         self.proc = ProcView(proc)
@@ -255,6 +258,11 @@ class UnitOverride:
                  if os.path.abspath(path) != os.path.abspath(paths.env_file)]
         env.update(read_env_files(files))
         return env
+
+    def production_endpoint(self, paths: OverridePaths, base: Mapping[str, str]) -> Tuple[str, int]:
+        """A hand-written unit's from its command line (form exec), else from its env."""
+        return (live_unit.production_endpoint(paths.unit, self.run, proc=self.proc.proc, run_dir=self.run_dir)
+                or endpoint_of(base, paths.unit))
 
     def timer_state(self, paths: OverridePaths) -> Dict[str, Any]:
         state = self.deadman.state(paths)
@@ -368,21 +376,29 @@ class UnitOverride:
                                     "first (role llmfleet.specdec.llamacpp_serve)")
         return info
 
-    def present(self, unit: str, config: EnvConfig, rollback_after: int | None) -> Dict[str, Any]:
+    def present(self, unit: str, config: EnvConfig, rollback_after: int | None,
+                exec_start: ExecStart | None = None) -> Dict[str, Any]:
         paths = override_paths(unit, self.run_dir)
         info = self._require_loaded(unit)
         want_env = render_env_file(unit, config)
-        want_dropin = render_dropin(paths, config)
+        want_dropin = render_dropin(paths, config) + (exec_start.lines() if exec_start else "")
         env_now, env_mode = _file_state(paths.env_file)
         dropin_now, dropin_mode = _file_state(paths.dropin)
         files_match = env_now == want_env and dropin_now == want_dropin and env_mode == 0o600 and dropin_mode == 0o600
         base = self.base_env(paths)
-        host, port = endpoint_of(effective_env(base, config), unit)
-        prod_host, prod_port = endpoint_of(base, unit)
+        if exec_start:  # form exec: both endpoints from the command lines; an unreadable one fails before any change
+            try:
+                host, port, prod_host, prod_port = live_unit.exec_endpoints(
+                    unit, self.run, effective_env(base, config), exec_start.argv, proc=self.proc.proc, run_dir=self.run_dir)
+            except SpecdecError as exc:
+                raise UnitOverrideError(f"{exc}; nothing was written") from None
+        else:
+            host, port = endpoint_of(effective_env(base, config), unit)
+            prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
                    and config_matches_environ(config, self.proc.environ(pid) if pid else {})
-                   and self.healthy_now(unit, info, host, port))
+                   and self.runs_command(pid, exec_start, info) and self.healthy_now(unit, info, host, port))
         timer = self.timer_state(paths)
         plan = plan_present(files_match, serving, timer["armed"], rollback_after)
         result: Dict[str, Any] = {
@@ -421,6 +437,9 @@ class UnitOverride:
                 if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
                     raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
                                           "environment does not carry the candidate (was the override removed meanwhile?)")
+                if not self.runs_command(health["main_pid"], exec_start, self.unit_info(unit)):
+                    raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run "
+                                          f"the candidate's command line ({self.proc.describe(health['main_pid'])})")
             except UnitOverrideError as exc:
                 raise self._candidate_failed(paths, exc) from exc
             result.update(health, restarted=True)
@@ -430,6 +449,11 @@ class UnitOverride:
             self._forget_dead_man(paths)
         result["rollback"] = self._rollback_report(paths, None)
         return result
+
+    def runs_command(self, pid: int, exec_start: ExecStart | None, info: Mapping[str, str]) -> bool:
+        """Form exec: the unit's process (or one in its control group) runs exactly the candidate's command line."""
+        return exec_start is None or live_unit.cmdline_matches(self.proc.proc, pid, exec_start.argv,
+                                                               info.get("ControlGroup", ""))
 
     def _forget_dead_man(self, paths: OverridePaths) -> None:
         """The meta and the script first (a timer that fires without its script is skipped), the timer last."""
@@ -462,7 +486,8 @@ class UnitOverride:
             raise UnitOverrideError(f"{unit} has no override to confirm (no {paths.dropin}); run state=present first")
         result: Dict[str, Any] = {"changed": bool(timer["armed"]), "unit": unit, "state": "confirmed",
                                   "env_file": paths.env_file, "dropin": paths.dropin}
-        host, port = endpoint_of(self.effective_running_env(paths), unit)
+        env = self.effective_running_env(paths)
+        host, port = live_unit.dropin_endpoint(read_text(paths.dropin) or "", env, unit) or endpoint_of(env, unit)
         result.update(url=health_url(host, port), port=port)
         if not self.healthy_now(unit, info, host, port):
             due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
@@ -539,7 +564,7 @@ class UnitOverride:
                                     "collection left nothing for it")
         base = self.base_env(paths) if loaded else {}
         overridden = loaded and self.runs_override(paths, info, base)
-        host, port = endpoint_of(base, unit) if loaded else (DEFAULT_HOST, DEFAULT_PORT)
+        host, port = self.production_endpoint(paths, base) if loaded else (DEFAULT_HOST, DEFAULT_PORT)
         # Something of ours is left and production does not answer (a candidate that failed, a restore cut short
         # between its reload and its restart): production is started too.
         down = loaded and bool(found) and not overridden and not self.healthy_now(unit, info, host, port)
@@ -686,7 +711,12 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     if params.get("restart") and every_unit:
         raise SpecdecError("restart=true needs one unit: unit='*' restores every overridden unit and restarts only those")
     unit = None if every_unit else service_name(params["unit"])
-    config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
+    exec_start = (check_exec_start(params["exec_start"], params.get("exec_prefix"))
+                  if state == "present" and params.get("exec_start") is not None else None)
+    if exec_start is not None and not params.get("env") and params.get("env_file") is None:
+        config: EnvConfig | None = EnvConfig((), ())  # form exec: the command line is the candidate
+    else:
+        config = load_config(params.get("env"), params.get("env_file")) if state == "present" else None
     if state == "present" and rollback_after is not None and rollback_after <= health_timeout:
         raise SpecdecError(
             f"rollback_after ({rollback_after} s) must be longer than health_timeout ({health_timeout} s): the dead-man "
@@ -714,7 +744,7 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
         raise AssertionError("unit_override: unit (and config for state=present) must be given")
     if state == "present":
-        return manager.present(unit, config, rollback_after)
+        return manager.present(unit, config, rollback_after, exec_start)
     if state == "confirmed":
         return manager.confirmed(unit)
     return manager.absent(unit, restart=bool(params.get("restart")))

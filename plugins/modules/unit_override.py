@@ -47,6 +47,15 @@ description:
     unit and its last journal lines, if production does not come back healthy. With nothing to remove it restarts
     nothing and only checks health, unless O(restart=true). O(unit=*) does this for every unit this collection left
     something for (playbook C(llmfleet.specdec.rollback)).
+  - With O(exec_start) (form exec, for a hand-written unit whose command line is its configuration), the
+    drop-in also carries an empty C(ExecStart=) and the candidate's whole command line, each argument quoted for
+    systemd (C(%) as C(%%), C($) as C($$), quotes, backslashes and control characters escaped) so that the process
+    receives exactly those arguments. The candidate is healthy only when its C(MainPID)'s C(/proc/<pid>/cmdline)
+    (for a container, the runtime client's, or a process in the unit's control group) is that command line, and the
+    health URL is the candidate's (its C(--host)/C(--port), a container's published port). Production's own unit
+    is read with M(llmfleet.specdec.serving_unit_info)'s reading for its endpoint, and a unit with a drop-in that
+    sorts after this one and sets C(ExecStart=) is refused before anything is written. The restore side is the same
+    as for an env candidate, the whole drop-in goes.
   - Values are validated before anything is armed or written. Each value is written so that systemd hands the
     process exactly that value (quoted by systemd's C(EnvironmentFile=) rules), so backslashes, quotes, C($),
     C(#), spaces and newlines arrive unchanged. A value no environment can hold (a NUL byte, text that is not
@@ -76,7 +85,7 @@ options:
       - Flags without an environment name go, shell-quoted, in C(LLAMA_EXTRA_ARGS), which the unit of role
         C(llmfleet.specdec.llamacpp_serve) splits like a shell and appends to llama-server's command line, so
         its value must split (quotes paired).
-      - Mutually exclusive with O(env_file); one of them is required with O(state=present).
+      - Mutually exclusive with O(env_file); one of them (or O(exec_start)) is required with O(state=present).
     type: dict
   env_file:
     description:
@@ -84,6 +93,18 @@ options:
         as systemd reads it (a line without C(=), a quote never closed or a variable set twice is an error naming
         the line), validated like O(env) and copied, never referenced.
     type: path
+  exec_start:
+    description:
+      - The candidate's whole command line, program first (the rendering's C(exec_start), form exec). O(env) may
+        then be empty or left out; variables it gives are layered over the unit's env as usual.
+    type: list
+    elements: str
+  exec_prefix:
+    description:
+      - The C(ExecStart=) prefix of production's line to keep for O(exec_start) (C(-), C(+), C(!), C(!!)); C(:) and
+        C(@) are not kept (the arguments are final).
+    type: str
+    default: ""
   rollback_after:
     description:
       - Seconds after which the host restores production by itself unless O(state=confirmed) or
@@ -149,6 +170,15 @@ EXAMPLES = r"""
   llmfleet.specdec.unit_override:
     unit: llama-server
     env_file: /etc/llmfleet-specdec/candidates/ngram.env
+    rollback_after: 900
+  become: true
+
+- name: A hand-written unit (form exec) - its whole command line with the candidate's depth
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    env: {}
+    exec_start: [/opt/llama/bin/llama-server, -m, /srv/models/target.gguf, -md, /srv/models/draft.gguf,
+                 --spec-type, draft-simple, --spec-draft-n-max, "6", --port, "8080"]
     rollback_after: 900
   become: true
 
@@ -264,6 +294,8 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "confirmed", "absent"], default="present"),
     env=dict(type="dict"),
     env_file=dict(type="path"),
+    exec_start=dict(type="list", elements="str"),
+    exec_prefix=dict(type="str", default=""),
     rollback_after=dict(type="int"),
     health_timeout=dict(type="int", default=120),
     port_timeout=dict(type="int", default=30),
@@ -274,7 +306,7 @@ ARGUMENT_SPEC = dict(
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            mutually_exclusive=[("env", "env_file")],
-                           required_if=[("state", "present", ("env", "env_file"), True)])
+                           required_if=[("state", "present", ("env", "env_file", "exec_start"), True)])
     try:
         result = run_unit_override(module.params, run=module.run_command,
                                    check_mode=module.check_mode, python=sys.executable)

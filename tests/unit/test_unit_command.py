@@ -190,3 +190,71 @@ def test_exec_start_quoting_is_what_systemd_gives_back() -> None:
     text = es.quote_exec_argv(r["exec_start"], "")
     assert list(es.expand_argv(es.parse_exec(text, {})[0].argv, {"HOME": "/root"}).argv) == r["exec_start"]
     assert shlex.join(r["exec_start"]).endswith(shlex.quote("100% $HOME \"x\""))
+
+
+# ------------------------------------------------------------------ promotion and watch of a form exec winner
+
+
+def _report(unit: dict) -> dict:
+    rendered = ab_render([{"name": "baseline"}, {"name": "d6", "env": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "6",
+                                                                       "GGML_SCHED": "x y"}}],
+                         {}, "baseline", "llamacpp", unit)
+    return {"run_id": "r1", "baseline": "baseline",
+            "configs": [{"name": n, "rendering": r} for n, r in rendered.items()]}
+
+
+def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.filter.units import exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+
+    unit = unit_of(HAND)
+    report = _report(unit)
+    promo = exec_promotion(report, "d6", unit, ["# d6 | prose | 1.0x"])
+    assert promo["dropin"] == "/etc/systemd/system/llama.service.d/40-llmfleet-specdec-promoted.conf"
+    settings = [(a.key, a.value) for a in es.unit_assignments(promo["text"])]
+    assert settings[0] == ("EnvironmentFile", "/etc/llmfleet-specdec/llama.service.promoted.env")
+    assert settings[1] == ("ExecStart", "")
+    assert list(es.parse_exec(settings[2][1], {})[0].argv) == promo["exec_start"]
+    assert promo["exec_start"][-2:] == ["--spec-draft-n-max", "6"] and "# d6 | prose | 1.0x" in promo["text"]
+    assert promo["env_text"] == 'GGML_SCHED="x y"\n'
+    # already promoted: the same again is allowed; production changed since the run: refused unless forced
+    assert exec_promotion(report, "d6", dict(unit, argv=promo["exec_start"]))["exec_start"] == promo["exec_start"]
+    changed = dict(unit, argv=[*HAND, "--ctx-size", "8192"])
+    with pytest.raises(Exception, match="command line changed since run r1"):
+        exec_promotion(report, "d6", changed)
+    assert exec_promotion(report, "d6", changed, force=True)["exec_start"] == promo["exec_start"]
+    env_form = {"run_id": "r2", "baseline": "baseline", "configs": [{"name": "x", "rendering": {"form": "env"}}]}
+    with pytest.raises(Exception, match="measured 'x' in form env"):
+        exec_promotion(env_form, "x", unit)
+
+
+def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.filter.units import exec_watch
+
+    unit = unit_of(HAND)
+    report = _report(unit)
+    promoted = next(c for c in report["configs"] if c["name"] == "d6")["rendering"]["exec_start"]
+    evidence = {"config": "d6", "report": report}
+    quiet = {"summary": "h: promoted config 'd6' - no drift", "config": "d6", "findings": []}
+    live = dict(unit, argv=promoted, running={"argv": promoted})
+    assert exec_watch(quiet, evidence, live) == quiet
+    pending = dict(unit, argv=HAND, running={"argv": promoted}, exec_start_source="/etc/x line 3")
+    result = exec_watch(quiet, evidence, pending)
+    assert [f["kind"] for f in result["findings"]] == ["pending-config-differs"]
+    assert result["summary"] == "h: promoted config 'd6' - DRIFT: pending-config-differs"
+    both = dict(unit, argv=HAND, running={"argv": HAND})
+    assert [f["kind"] for f in exec_watch(quiet, evidence, both)["findings"]] == ["live-config-differs"]
+    during_ab = dict(quiet, findings=[{"kind": "ab-in-progress", "severity": "info"}])
+    assert exec_watch(during_ab, evidence, both) == during_ab
+
+
+def test_a_containers_paths_are_read_on_the_host_through_its_bind_mounts() -> None:
+    argv = ["/usr/bin/podman", "run", "-v", "/srv/models:/models:ro", "--mount", "type=bind,src=/srv/d,dst=/models/d",
+            "-v", "cache:/cache", "-p", "8080:8080", "img", "-m", "/models/t.gguf", "-md", "/models/d/x.gguf"]
+    unit = unit_of(argv)
+    assert unit["container"]["volumes"] == [["/srv/models", "/models"], ["/srv/d", "/models/d"]]
+    r = render_candidate({}, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "4"}, [], "c", unit=unit)
+    assert r["argv"][:4] == ["-m", "/models/t.gguf", "-md", "/models/d/x.gguf"]  # what the server gets
+    assert r["host_argv"][:4] == ["-m", "/srv/models/t.gguf", "-md", "/srv/d/x.gguf"]  # what the host reads
+    assert r["effective_env"]["LLAMA_ARG_MODEL"] == "/srv/models/t.gguf"
+    assert uc.host_path("/modelsX/a", [["/srv", "/models"]]) == "/modelsX/a"

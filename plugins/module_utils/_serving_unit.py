@@ -1,0 +1,420 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the collection: the serving unit as systemd has it (ExecStart, Environment, EnvironmentFiles), read only.
+"""Reads a serving unit the way systemd will run it next, without changing anything (module ``serving_unit``).
+
+1. ``systemctl show`` names the unit's fragment and its drop-ins in the order systemd applies them
+   (``FragmentPath``, ``DropInPaths``); each file is read and parsed by ``_execstart`` (systemd's unit-file
+   syntax). The A/B candidate's transient drop-in (``unit_override``'s) is left out: what is read is
+   production. A promotion's drop-in (``PROMOTED_DROPIN``) is part of production.
+2. ``ExecStart=`` (an empty one resets the list) must leave exactly one command; its ``%`` specifiers are
+   resolved from the host (unit name parts, directories, host and OS names, ids), ``Environment=``,
+   ``EnvironmentFile=`` (``-`` optional, globs) and ``UnsetEnvironment=`` give the unit's environment, and
+   ``$VAR`` / ``${VAR}`` are expanded from it as systemd expands them when it spawns the process. A variable
+   the unit does not set is an error naming it: systemd would substitute nothing, which is rarely meant.
+3. The result is checked against systemd's own parse (``systemctl show -p ExecStart``: the program and the
+   arguments before expansion), and the command line is understood by ``_unit_command.describe``.
+4. The running process (``MainPID``'s ``/proc/<pid>/cmdline``) is reported beside it.
+
+Everything that can be wrong (an ExecStart this collection cannot parse, a wrapper it does not know, a ``$VAR``
+it cannot resolve, a drop-in that would outrank a candidate's ExecStart) is a ``UnitReadError`` naming the unit
+and the fix.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import socket
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import cgroup_path, parse_show, within_cgroup
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import DROPIN_NAME, Runner, override_paths, service_name
+
+PROMOTED_DROPIN = es.PROMOTED_DROPIN
+_ARCH = {"x86_64": "x86-64", "aarch64": "arm64", "i686": "x86", "i386": "x86", "armv7l": "arm", "ppc64le": "ppc64-le",
+         "ppc64": "ppc64", "s390x": "s390x", "riscv64": "riscv64", "loongarch64": "loongarch64"}
+
+
+class UnitReadError(SpecdecError):
+    """The unit cannot be read as systemd will run it; the message names the unit and what to change."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _unescape_unit(text: str) -> str:
+    """``unit_name_unescape``: ``-`` is ``/``, ``\\xNN`` a byte."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "-":
+            out += b"/"
+        elif text.startswith("\\x", i) and len(text) >= i + 4:
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 3
+        else:
+            out += text[i].encode()
+        i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def _os_release(key: str, root: str) -> str:
+    for path in ("etc/os-release", "usr/lib/os-release"):
+        text = _read(os.path.join(root, path))
+        if text is not None:
+            values = read_env_values(text)
+            return values.get(key, "")
+    return ""
+
+
+def _first_line(path: str) -> str:
+    text = _read(path)
+    return (text or "").strip().replace("-", "") if text is not None else ""
+
+
+def specifier_table(unit: str, fragment: str, root: str = "/") -> Dict[str, Any]:
+    """systemd's service specifiers for a system unit (``unit_full_printf``); host facts are read lazily."""
+    stem = unit[: unit.rfind(".")]
+    prefix, at, instance = stem.partition("@")
+    last = prefix.rsplit("-", 1)[-1]
+    path_part = instance if at else prefix
+    filename = "/" if path_part == "-" else "/" + _unescape_unit(path_part).strip("/")
+    real = os.path.realpath(fragment) if fragment else ""
+    return {
+        "n": unit, "N": stem, "p": prefix, "P": _unescape_unit(prefix), "i": instance, "I": _unescape_unit(instance),
+        "j": last, "J": _unescape_unit(last), "f": filename, "y": real, "Y": os.path.dirname(real),
+        "C": "/var/cache", "E": "/etc", "L": "/var/log", "S": "/var/lib", "t": "/run", "T": "/tmp", "V": "/var/tmp",
+        "d": f"/run/credentials/{unit}", "h": "/root", "s": "/bin/sh", "u": "root", "U": "0", "g": "root", "G": "0",
+        "H": socket.gethostname, "l": lambda: socket.gethostname().split(".")[0],
+        "m": lambda: _first_line(os.path.join(root, "etc/machine-id")),
+        "b": lambda: _first_line(os.path.join(root, "proc/sys/kernel/random/boot_id")),
+        "v": platform.release, "a": lambda: _ARCH.get(platform.machine(), platform.machine()),
+        "o": lambda: _os_release("ID", root), "w": lambda: _os_release("VERSION_ID", root),
+        "W": lambda: _os_release("VARIANT_ID", root), "B": lambda: _os_release("BUILD_ID", root),
+        "M": lambda: _os_release("IMAGE_ID", root), "A": lambda: _os_release("IMAGE_VERSION", root),
+    }
+
+
+def _words(text: str) -> List[str] | None:
+    """systemctl's argv text read back as words (systemd releases that quote it), None when it does not parse."""
+    try:
+        return es.split_words(text, cunescape=True)
+    except es.UnitSyntaxError:
+        return None
+
+
+def _show_exec_start(values: Sequence[str]) -> List[Tuple[str, str]]:
+    """``ExecStart={ path=P ; argv[]=A ; ... }`` lines -> (P, A) (systemd joins argv with spaces)."""
+    out = []
+    for value in values:
+        match = re.match(r"\{ path=(.*?) ; argv\[\]=(.*?) ; (?:ignore_errors|flags)=", value)
+        if match:
+            out.append((match.group(1), match.group(2)))
+    return out
+
+
+class _Settings:
+    """The [Service] settings that decide what runs, gathered over the unit's files in order."""
+
+    def __init__(self) -> None:
+        self.exec_start: List[Tuple[es.ExecCommand, str]] = []
+        self.environment: List[Tuple[str, str]] = []
+        self.env_files: List[Tuple[str, bool, str]] = []
+        self.unset: List[str] = []
+        self.kept_escapes: List[str] = []
+
+    def take(self, path: str, text: str, table: Mapping[str, Any], unit: str) -> bool:
+        """Applies one file; whether it sets ExecStart=."""
+        sets_exec = False
+        try:
+            assignments = es.unit_assignments(text)
+        except es.UnitSyntaxError as exc:
+            raise UnitReadError(f"{unit}: {path} {exc}; fix the file") from None
+        for item in assignments:
+            if item.section != "Service":
+                continue
+            where = f"{path} line {item.line}"
+            try:
+                if item.key == "ExecStart":
+                    sets_exec = True
+                    commands = es.parse_exec(item.value, table)
+                    if not commands:
+                        self.exec_start = []
+                    for command in commands:
+                        self.exec_start.append((command, where))
+                        if command.kept_escapes:
+                            self.kept_escapes.append(where)
+                elif item.key == "Environment":
+                    if not item.value:
+                        self.environment = []
+                    self.environment += es.parse_environment(item.value, table)
+                elif item.key == "EnvironmentFile":
+                    if not item.value:
+                        self.env_files = []
+                    else:
+                        file_path, optional = es.parse_environment_file(item.value, table)
+                        self.env_files.append((file_path, optional, where))
+                elif item.key == "UnsetEnvironment":
+                    if not item.value:
+                        self.unset = []
+                    self.unset += es.parse_unset_environment(item.value, table)
+            except es.UnitSyntaxError as exc:
+                raise UnitReadError(f"{unit}: {where}: {item.key}={item.value}: {exc}. Fix that line (see "
+                                    "systemd.service(5) and systemd.syntax(7))") from None
+        return sets_exec
+
+
+def _env_files(settings: _Settings, unit: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
+    listed: List[Dict[str, Any]] = []
+    values: List[Dict[str, str]] = []
+    for pattern, optional, where in settings.env_files:
+        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        found = False
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+                    text = handle.read()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise UnitReadError(f"{unit}: EnvironmentFile {path} ({where}) cannot be read ({exc.strerror}); run "
+                                    "as root (become: true)") from None
+            found = True
+            values.append(read_env_values(text))
+            listed.append({"path": path, "optional": optional, "exists": True})
+        if not found:
+            if not optional:
+                raise UnitReadError(f"{unit}: EnvironmentFile={pattern} ({where}) does not exist, so systemd would not "
+                                    f"start {unit}; create it, or write EnvironmentFile=-{pattern} if it is optional")
+            listed.append({"path": pattern, "optional": True, "exists": False})
+    return listed, values
+
+
+def _cmdline(proc: str, pid: int) -> List[str] | None:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    if not raw:
+        return None
+    return [part.decode("utf-8", "surrogateescape") for part in raw.rstrip(b"\0").split(b"\0")]
+
+
+def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str = "") -> bool:
+    """Whether the unit runs ``argv``: its MainPID's /proc/<pid>/cmdline, or a process in its control group (a
+    container engine's client that handed over to conmon, with Type=notify)."""
+    want = list(argv)
+    if pid and _cmdline(proc, pid) == want:
+        return True
+    if not control_group:
+        return False
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        cgroup = cgroup_path(_read(os.path.join(proc, entry, "cgroup")) or "")
+        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) == want:
+            return True
+    return False
+
+
+def not_installed(unit: str, why: str) -> Dict[str, Any]:
+    return {"unit": unit, "installed": False, "why": why, "form": None}
+
+
+def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: str = "/proc", run_dir: str = "/run",
+              specifiers: Callable[[str, str], Mapping[str, Any]] = specifier_table) -> Dict[str, Any]:
+    """The unit as systemd will run it next (module docstring); ``installed: false`` when systemd has no such unit."""
+    unit = service_name(unit_name)
+    props = ["LoadState", "FragmentPath", "DropInPaths", "ExecStart", "NeedDaemonReload", "MainPID", "ActiveState",
+             "Type"]
+    argv = ["systemctl", "show", unit] + [w for p in props for w in ("-p", p)]
+    rc, out, err = run(argv)
+    if rc != 0:
+        return not_installed(unit, f"`systemctl show {unit}` failed (rc {rc}): {(err or out).strip()[-300:]}")
+    shown = parse_show(out)
+    first = {key: (shown.get(key) or [""])[-1] for key in props}
+    if first["LoadState"] != "loaded":
+        return not_installed(unit, f"systemd has no unit {unit} (LoadState={first['LoadState'] or 'unknown'})")
+    fragment = first["FragmentPath"]
+    if not fragment:
+        raise UnitReadError(f"{unit} has no unit file (FragmentPath is empty: a generated or transient unit); "
+                            "write it as a unit file under /etc/systemd/system")
+    ab_dropin = override_paths(unit, run_dir).dropin
+    dropins = [p for line in shown.get("DropInPaths", []) for p in line.split()]
+    table = specifiers(unit, fragment)
+    settings = _Settings()
+    later_exec: List[str] = []
+    promoted = None
+    for path in [fragment, *dropins]:
+        if os.path.abspath(path) == os.path.abspath(ab_dropin):
+            continue
+        text = _read(path)
+        if text is None:
+            raise UnitReadError(f"{unit}: {path} is listed by systemd but cannot be read now; run systemctl "
+                                "daemon-reload and try again")
+        sets_exec = settings.take(path, text, table, unit)
+        if path != fragment and sets_exec and os.path.basename(path) > DROPIN_NAME:
+            later_exec.append(path)
+        if os.path.basename(path) == PROMOTED_DROPIN:
+            promoted = path
+    if not settings.exec_start:
+        raise UnitReadError(f"{unit} has no ExecStart= (in {', '.join([fragment, *dropins])}); give it one")
+    if len(settings.exec_start) > 1:
+        raise UnitReadError(f"{unit} runs {len(settings.exec_start)} ExecStart= commands "
+                            f"({', '.join(w for _c, w in settings.exec_start)}); a serving unit runs one server")
+    command, where = settings.exec_start[0]
+    if "@" in command.prefix:
+        raise UnitReadError(f"{unit}: {where}: ExecStart=@... gives the program another argv[0]; drop the @ and "
+                            "the extra first argument")
+    files, file_values = _env_files(settings, unit)
+    env = es.merged_environment(settings.environment, file_values, settings.unset)
+    if ":" in command.prefix:
+        expanded = command.argv
+    else:
+        expansion = es.expand_argv(command.argv, env)
+        if expansion.bad:
+            word = expansion.bad[0]
+            raise UnitReadError(
+                f"{unit}: ExecStart= ({where}) has the word ${word}, which systemd reads as one variable named "
+                f"{word!r} (not a valid name), so it drops the whole word; write ${{{word.split('/')[0]}}}... with "
+                "braces where a variable is part of a word, or write the value out")
+        if expansion.unset:
+            names = ", ".join("$" + n for n in expansion.unset)
+            raise UnitReadError(
+                f"{unit}: ExecStart= ({where}) uses {names}, which the unit's Environment= and EnvironmentFile= do "
+                "not set (systemd would substitute nothing); set it in the unit's environment, or write the value "
+                "on the ExecStart= line")
+        expanded = expansion.argv
+    # systemd's own parse of the same files, when it has loaded exactly them (not with the A/B's drop-in loaded,
+    # whose ExecStart= it would show, nor with files changed since its last reload)
+    systemd_view = _show_exec_start(shown.get("ExecStart", []))
+    if systemd_view and ab_dropin not in dropins and first["NeedDaemonReload"] != "yes":
+        path_shown, argv_shown = systemd_view[-1]
+        if argv_shown != " ".join(command.argv) and _words(argv_shown) != list(command.argv):
+            raise UnitReadError(
+                f"{unit}: ExecStart= ({where}) reads here as {list(command.argv)}, but systemd has `{argv_shown}`; "
+                "this collection cannot read the line exactly as systemd does. Simplify the line's quoting")
+        if path_shown != command.path and os.path.basename(path_shown) != os.path.basename(command.path):
+            raise UnitReadError(f"{unit}: ExecStart= runs {path_shown} for systemd but {command.path} as read here")
+    try:
+        described = uc.describe(expanded, env, backend, unit)
+    except uc.CommandError as exc:
+        raise UnitReadError(str(exc)) from None
+    if described["form"] == "exec" and later_exec:
+        raise UnitReadError(
+            f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
+            "candidate's drop-in, so it would replace every candidate's command line: fold its ExecStart= into the "
+            f"unit file, or rename it to sort before {DROPIN_NAME} (for example 30-{os.path.basename(later_exec[0])})")
+    pid = int(first["MainPID"] or 0)
+    running_argv = _cmdline(proc, pid) if pid else None
+    result = dict(described, unit=unit, installed=True, fragment=fragment, dropins=dropins,
+                  exec_prefix="".join(c for c in command.prefix if c in "-+!"), exec_start_source=where,
+                  exec_start_unexpanded=list(command.argv), env=env, environment_files=files,
+                  override_active=ab_dropin in dropins or os.path.exists(ab_dropin), promoted_dropin=promoted,
+                  need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
+                  running={"pid": pid, "argv": running_argv,
+                           "matches": running_argv == list(expanded) if running_argv is not None else None},
+                  warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
+                            for w in settings.kept_escapes])
+    result["endpoint"] = unit_endpoint(result)
+    return result
+
+
+def unit_endpoint(description: Mapping[str, Any]) -> Dict[str, Any]:
+    """Where the unit's server answers on the host: from its command line (form exec) or its env (form env)."""
+    unit = str(description.get("unit") or "the unit")
+    if description.get("form") == "exec":
+        try:
+            host, port = uc.endpoint(description, unit)
+        except uc.CommandError as exc:
+            raise UnitReadError(str(exc)) from None
+    else:
+        env = description.get("env") or {}
+        host_name, port_name = endpoint_names(env)
+        engine = description.get("engine") or "llamacpp"
+        host = uc._loopback(str(env.get(host_name) or uc.DEFAULT_HOSTS["llamacpp"]))
+        raw = str(env.get(port_name) or "").strip()
+        port = int(raw) if raw.isdigit() else uc.DEFAULT_PORTS[engine]
+    shown = f"[{host}]" if ":" in host else host
+    return {"host": host, "port": port, "url": f"http://{shown}:{port}"}
+
+
+def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """A promoted form ``exec`` config against the unit now: the running process's command line and the one its
+    next start runs (``read_unit``), each against the promoted ``exec_start``; findings in the watch's shape."""
+    promoted = list((rendering or {}).get("exec_start") or [])
+    if not promoted:
+        return []
+    unit = str(live.get("unit") or "the unit")
+    if not live.get("installed"):
+        return [_drift.finding("unit-not-running", f"{unit}: {live.get('why')}", f"install {unit} again, or {_drift.RERUN}")]
+    out = []
+    running = (live.get("running") or {}).get("argv")
+    if running is not None and list(running) != promoted:
+        out.append(_drift.finding(
+            "live-config-differs", f"{unit} runs another command line than the promoted one: promoted "
+            f"{' '.join(promoted)[:300]}; running {' '.join(running)[:300]}",
+            f"restore the promotion (playbooks/promote.yml with the same config and run) or, if the change is wanted, "
+            f"{_drift.RERUN}", promoted=promoted, live=list(running)))
+    if list(live.get("argv") or []) != promoted and list(live.get("argv") or []) != list(running or []):
+        out.append(_drift.finding(
+            "pending-config-differs", f"{unit}'s unit no longer runs the promoted command line, and its next restart "
+            f"will apply it: {' '.join(live.get('argv') or [])[:300]} ({live.get('exec_start_source')})",
+            f"put the promoted drop-in back (playbooks/promote.yml), or {_drift.RERUN} before the next restart",
+            promoted=promoted, pending=list(live.get("argv") or [])))
+    return out
+
+
+# ------------------------------------------------------------------ for unit_override (form exec)
+
+
+def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir: str = "/run") -> Tuple[str, int] | None:
+    """A hand-written unit's endpoint from its command line; None for a form env unit or one that cannot be read
+    (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
+    try:
+        live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    except SpecdecError:
+        return None
+    if live.get("installed") and live.get("form") == "exec":
+        return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+    return None
+
+
+def exec_endpoints(unit: str, run: Runner, env: Mapping[str, str], argv: Sequence[str], *, proc: str = "/proc",
+                   run_dir: str = "/run") -> Tuple[str, int, str, int]:
+    """(candidate host, port, production host, port) for a form exec candidate: production's from the live unit,
+    the candidate's from its own command line. SpecdecError when either cannot be read (nothing was written)."""
+    live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    if not live.get("installed"):
+        raise UnitReadError(f"{unit}: {live.get('why')}")
+    host, port = uc.endpoint(uc.describe(list(argv), env, live.get("engine"), unit), unit)
+    return host, port, str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
+
+
+def dropin_endpoint(dropin_text: str, env: Mapping[str, str], unit: str) -> Tuple[str, int] | None:
+    """Where a candidate whose drop-in carries an ExecStart= answers (its command line); None without one."""
+    try:
+        commands: List[es.ExecCommand] = []
+        for item in es.unit_assignments(dropin_text):
+            if item.section == "Service" and item.key == "ExecStart":
+                commands = es.parse_exec(item.value, {}) or []
+        if not commands:
+            return None
+        argv = es.expand_argv(commands[-1].argv, {}).argv
+        return uc.endpoint(uc.describe(list(argv), env, None, unit), unit)
+    except SpecdecError:
+        return None

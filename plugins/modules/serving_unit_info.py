@@ -1,0 +1,184 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Read a serving unit as systemd will run it (ExecStart, Environment, EnvironmentFiles) and say which server form it is.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serving_unit_info
+short_description: Read a llama-server or vLLM systemd unit as systemd will run it, and the form candidates take
+version_added: 0.3.0
+description:
+  - Reads the unit's fragment and its drop-ins in the order systemd applies them (C(systemctl show)'s
+    C(FragmentPath) and C(DropInPaths)) with systemd's own syntax - comments, line continuations, an empty
+    C(ExecStart=) that resets the list, quotes, C escapes, C(%) specifiers - and its environment
+    (C(Environment=), C(EnvironmentFile=) with C(-) optional files, C(UnsetEnvironment=)). C(ExecStart=)'s C($VAR)
+    and C(${VAR}) are expanded from that environment as systemd does when it starts the process. The A/B
+    candidate's transient drop-in of M(llmfleet.specdec.unit_override) is left out; a promotion's drop-in is read.
+  - Checks the result against systemd's own parse (C(systemctl show -p ExecStart)) and says which server the
+    command line runs and how candidates are written for it (RV(serving_unit.form)) - V(env) for units of roles
+    C(llmfleet.specdec.llamacpp_serve) and C(llmfleet.specdec.vllm_serve) (their launchers read the env file),
+    V(exec) for a hand-written unit that runs llama-server, C(vllm serve) or
+    C(python -m vllm.entrypoints.openai.api_server), directly or with C(podman run) / C(docker run) and the
+    server's arguments after the image.
+  - Anything else (a shell or wrapper script, a program it does not know, a C($VAR) the unit does not set, a
+    drop-in that sorts after the A/B drop-in and sets C(ExecStart=), quoting it cannot read exactly as systemd
+    does) fails, naming the unit and what to change. Nothing on the host is changed, in or out of check mode.
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+  - llmfleet.specdec.attributes.read_only
+options:
+  unit:
+    description: The serving unit, with or without C(.service).
+    type: str
+    default: llama-server
+  backend:
+    description:
+      - The engine, for a container whose image's entrypoint is the server (the arguments after the image are
+        then its arguments); the program names the engine otherwise.
+    type: str
+    choices: [llamacpp, vllm]
+  required:
+    description:
+      - Fail when systemd has no such unit (or the host runs no systemd). V(false) returns
+        RV(serving_unit.installed=false) instead, for a preflight before the unit is deployed.
+    type: bool
+    default: true
+notes:
+  - Run it as root (C(become=true)) so that every unit file and env file can be read.
+  - Tested on real systemd (Debian 12, systemd 252) in podman containers; see C(molecule/units).
+seealso:
+  - module: llmfleet.specdec.unit_override
+author:
+  - llmfleet.specdec maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Read production's unit as systemd will run it
+  llmfleet.specdec.serving_unit_info:
+    unit: llama-server
+  become: true
+  register: production
+
+- name: Show how candidates will be written for it
+  ansible.builtin.debug:
+    msg: "{{ production.serving_unit.form }}: {{ production.serving_unit.argv | join(' ') }}"
+"""
+
+RETURN = r"""
+serving_unit:
+  description: The unit as systemd will run it.
+  returned: always
+  type: dict
+  contains:
+    unit:
+      description: The full unit name.
+      type: str
+    installed:
+      description: Whether systemd has the unit (false only with O(required=false)).
+      type: bool
+    why:
+      description: Why the unit was not read, when RV(serving_unit.installed) is false.
+      type: str
+    form:
+      description: V(env) (the collection's launcher units) or V(exec) (a hand-written unit).
+      type: str
+    kind:
+      description: V(launcher), V(direct) or V(container).
+      type: str
+    engine:
+      description: V(llamacpp) or V(vllm).
+      type: str
+    argv:
+      description: The command line the process gets (specifiers resolved, variables expanded), program first.
+      type: list
+      elements: str
+    server_at:
+      description: The index in RV(serving_unit.argv) where the server's own arguments start.
+      type: int
+    server_args:
+      description: The server's arguments (after the image for a container).
+      type: list
+      elements: str
+    exec_prefix:
+      description: The C(ExecStart=) prefixes kept for a candidate's command line (C(-), C(+), C(!), C(!!)).
+      type: str
+    exec_start_source:
+      description: The file and line of the C(ExecStart=) in force.
+      type: str
+    env:
+      description: The unit's environment from C(Environment=), C(EnvironmentFile=) and C(UnsetEnvironment=).
+      type: dict
+    server_env:
+      description: The environment the server reads (a container's C(-e), C(--env-file), C(--env-host)).
+      type: dict
+    container:
+      description: For a container, the runtime, the image, its index, the runtime's options, env and published ports.
+      type: dict
+    environment_files:
+      description: Each env file (C(path), C(optional), C(exists)).
+      type: list
+      elements: dict
+    endpoint:
+      description: Where the server answers on the host (C(host), C(port), C(url)).
+      type: dict
+    override_active:
+      description: Whether an A/B candidate's transient drop-in is in place (it was left out of the reading).
+      type: bool
+    promoted_dropin:
+      description: The promotion's drop-in, when an exec-form winner was promoted.
+      type: str
+    running:
+      description: The unit's main process now - C(pid), C(argv) (its C(/proc/<pid>/cmdline)) and whether it
+        C(matches) RV(serving_unit.argv) (a unit changed since it started does not).
+      type: dict
+    warnings:
+      description: What systemd also warns about (unknown escapes kept with their backslash).
+      type: list
+      elements: str
+  sample:
+    unit: llama-server.service
+    installed: true
+    form: exec
+    kind: direct
+    engine: llamacpp
+    argv: [/opt/llama/bin/llama-server, -m, /srv/models/target.gguf, --spec-draft-n-max, "3", --port, "8080"]
+    server_at: 1
+    exec_prefix: ""
+    endpoint: {host: 127.0.0.1, port: 8080, url: "http://127.0.0.1:8080"}
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import not_installed, read_unit
+
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str", default="llama-server"),
+    backend=dict(type="str", choices=["llamacpp", "vllm"]),
+    required=dict(type="bool", default=True),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    if module.get_bin_path("systemctl") is None:
+        if p["required"]:
+            module.fail_json(msg=f"{p['unit']}: this host has no systemctl; serving units are systemd services")
+        module.exit_json(changed=False, serving_unit=not_installed(p["unit"], "this host has no systemctl"))
+    try:
+        unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["backend"])
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    if not unit["installed"] and p["required"]:
+        module.fail_json(msg=f"{unit['unit']}: {unit['why']}; deploy the unit (role llmfleet.specdec.llamacpp_serve, "
+                             "or your own unit file) or name the right one in specdec_unit", serving_unit=unit)
+    module.exit_json(changed=False, serving_unit=unit)
+
+
+if __name__ == "__main__":
+    main()

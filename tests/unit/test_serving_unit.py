@@ -1,0 +1,153 @@
+"""Reading a serving unit as systemd will run it (module_utils/_serving_unit.py, module serving_unit_info).
+
+systemctl is a fake runner that answers `systemctl show` like systemd 252 (the unit files are real files in a
+temporary directory); molecule/units runs the same reading against a real systemd.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su
+from ansible_collections.llmfleet.specdec.plugins.modules import serving_unit_info
+
+LLAMA = "/opt/specdec/bin/llama-server"
+
+
+class FakeSystemd:
+    def __init__(self, tmp: Path, unit_text: str, dropins: dict[str, str] | None = None, *, pid: int = 0,
+                 show_argv: str | None = None, load: str = "loaded") -> None:
+        self.fragment = tmp / "etc" / "llama.service"
+        self.fragment.parent.mkdir(parents=True, exist_ok=True)
+        self.fragment.write_text(unit_text)
+        self.dropins = []
+        for name, text in (dropins or {}).items():
+            path = tmp / "etc" / "llama.service.d" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            self.dropins.append(str(path))
+        self.pid = pid
+        self.show_argv = show_argv
+        self.load = load
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        self.calls.append(list(argv))
+        assert argv[:2] == ["systemctl", "show"], argv
+        lines = [f"LoadState={self.load}", f"FragmentPath={self.fragment}", f"DropInPaths={' '.join(self.dropins)}",
+                 "NeedDaemonReload=no", f"MainPID={self.pid}", "ActiveState=active", "Type=exec"]
+        if self.show_argv is not None:
+            lines.append(f"ExecStart={{ path={self.show_argv.split()[0]} ; argv[]={self.show_argv} ; "
+                         "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
+        return 0, "\n".join(lines) + "\n", ""
+
+
+def read(tmp: Path, systemd: FakeSystemd, **kw: Any) -> dict:
+    table = {"n": "llama.service", "N": "llama", "p": "llama", "i": "", "t": "/run", "H": "box"}
+    return su.read_unit("llama", systemd, run_dir=str(tmp / "run"), proc=str(tmp / "proc"),
+                        specifiers=lambda unit, fragment: table, **kw)
+
+
+def test_a_hand_written_unit_with_env_files_drop_ins_and_expansion(tmp_path: Path) -> None:
+    env = tmp_path / "llama.env"
+    env.write_text('MODEL=/srv/t.gguf\nEXTRA="--metrics -t 1"\n')
+    unit = ("[Unit]\nDescription=mine\n[Service]\nEnvironment=PORT=8081 \"NAME=my server\"\n"
+            f"EnvironmentFile={env}\nEnvironmentFile=-/nonexistent/optional.env\n"
+            f"ExecStart=/bin/false\nExecStart=\nExecStart=-{LLAMA} -m ${{MODEL}} --port $PORT \\\n"
+            "   --spec-draft-n-max 3 $EXTRA --alias '%N on %H' --log-prefix 100%%\n")
+    proc = tmp_path / "proc" / "42"
+    proc.mkdir(parents=True)
+    expanded = [LLAMA, "-m", "/srv/t.gguf", "--port", "8081", "--spec-draft-n-max", "3", "--metrics", "-t", "1",
+                "--alias", "llama on box", "--log-prefix", "100%"]
+    (proc / "cmdline").write_bytes(b"\0".join(w.encode() for w in expanded) + b"\0")
+    systemd = FakeSystemd(tmp_path, unit, {"10-threads.conf": "[Service]\nEnvironment=THREADS=2\n"}, pid=42,
+                          show_argv=f"{LLAMA} -m ${{MODEL}} --port $PORT --spec-draft-n-max 3 $EXTRA --alias "
+                                    "llama on box --log-prefix 100%")
+    u = read(tmp_path, systemd)
+    assert (u["form"], u["kind"], u["engine"], u["exec_prefix"]) == ("exec", "direct", "llamacpp", "-")
+    assert u["argv"] == expanded and u["server_at"] == 1
+    assert u["env"] == {"PORT": "8081", "NAME": "my server", "THREADS": "2", "MODEL": "/srv/t.gguf",
+                        "EXTRA": "--metrics -t 1"}
+    assert u["environment_files"] == [{"path": str(env), "optional": False, "exists": True},
+                                      {"path": "/nonexistent/optional.env", "optional": True, "exists": False}]
+    assert u["running"] == {"pid": 42, "argv": expanded, "matches": True}
+    assert u["endpoint"] == {"host": "127.0.0.1", "port": 8081, "url": "http://127.0.0.1:8081"}
+    assert u["exec_start_source"].endswith("llama.service line 9")
+
+
+def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path) -> None:
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab.parent.mkdir(parents=True)
+    ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} --candidate\n")
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
+                          {su.PROMOTED_DROPIN: f"[Service]\nExecStart=\nExecStart={LLAMA} -m /promoted\n"})
+    systemd.dropins.append(str(ab))
+    u = read(tmp_path, systemd)
+    assert u["argv"] == [LLAMA, "-m", "/promoted"] and u["override_active"] is True
+    assert u["promoted_dropin"].endswith(su.PROMOTED_DROPIN)
+
+
+@pytest.mark.parametrize("unit_text, dropins, says", [
+    (f"[Service]\nExecStart={LLAMA} -m $MODEL\n", {}, r"uses \$MODEL, which the unit's Environment="),
+    (f"[Service]\nEnvironment=M=/m\nExecStart={LLAMA} -m $M/t.gguf\n", {}, r"drops the whole word; write \$\{M\}"),
+    ("[Service]\nExecStart=/bin/bash -c 'exec llama-server'\n", {}, "wrapper around the server"),
+    (f"[Service]\nExecStart={LLAMA} 'unclosed\n", {}, "unbalanced quoting"),
+    (f"[Service]\nExecStart={LLAMA} -m %q\n", {}, "specifier %q"),
+    (f"[Service]\nType=oneshot\nExecStart={LLAMA}\nExecStart={LLAMA}\n", {}, "runs 2 ExecStart= commands"),
+    ("[Service]\nEnvironmentFile=/nonexistent.env\nExecStart=/x\n", {}, "does not exist, so systemd would not"),
+    (f"[Service]\nExecStart={LLAMA}\n", {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -t 2\n"},
+     "rename it to sort before 50-llmfleet-specdec.conf"),
+    (f"[Service]\nExecStart=@{LLAMA} name -m /a\n", {}, "another argv"),
+    ("[Unit]\nDescription=no exec\n", {}, "has no ExecStart"),
+])
+def test_bad_units_are_refused_naming_the_unit_and_the_fix(tmp_path: Path, unit_text: str, dropins: dict,
+                                                           says: str) -> None:
+    with pytest.raises(su.UnitReadError, match=says) as info:
+        read(tmp_path, FakeSystemd(tmp_path, unit_text, dropins))
+    assert "llama.service" in str(info.value)
+
+
+def test_a_reading_systemd_disagrees_with_is_refused(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /b")
+    with pytest.raises(su.UnitReadError, match="systemd has"):
+        read(tmp_path, systemd)
+
+
+def test_a_collection_unit_is_form_env_and_a_missing_unit_is_not_installed(tmp_path: Path) -> None:
+    env = tmp_path / "llama.env"
+    env.write_text("LLAMA_ARG_PORT=9090\n")
+    text = f"[Service]\nEnvironmentFile={env}\nExecStart=/usr/bin/python3 /usr/local/libexec/llamacpp-serve-exec {LLAMA}\n"
+    u = read(tmp_path, FakeSystemd(tmp_path, text))
+    assert (u["form"], u["kind"], u["endpoint"]["port"]) == ("env", "launcher", 9090)
+    gone = read(tmp_path, FakeSystemd(tmp_path, "", load="not-found"))
+    assert gone["installed"] is False and "not-found" in gone["why"]
+
+
+def test_the_module_is_read_only_and_fails_for_a_required_unit(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    monkeypatch.setattr(serving_unit_info.AnsibleModule, "get_bin_path", lambda self, name: "/bin/systemctl")
+    monkeypatch.setattr(serving_unit_info.AnsibleModule, "run_command",
+                        lambda self, argv: (0, "LoadState=not-found\nFragmentPath=\n", ""))
+    with patch_module_args({"unit": "llama", "_ansible_check_mode": True}), pytest.raises(SystemExit):
+        serving_unit_info.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and "llama.service" in out["msg"] and "specdec_unit" in out["msg"]
+    with patch_module_args({"unit": "llama", "required": False}), pytest.raises(SystemExit):
+        serving_unit_info.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["changed"] is False and out["serving_unit"]["installed"] is False
+
+
+def test_systemd_is_not_asked_while_the_ab_drop_in_or_unreloaded_files_are_loaded(tmp_path: Path) -> None:
+    # systemctl show then has the candidate's (or the old) ExecStart=: the files are the truth, read as production
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab.parent.mkdir(parents=True)
+    ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a --spec-draft-n-max 1\n")
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /a --spec-draft-n-max 1")
+    systemd.dropins.append(str(ab))
+    assert read(tmp_path, systemd)["argv"] == [LLAMA, "-m", "/a"]
