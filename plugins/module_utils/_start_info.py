@@ -112,8 +112,8 @@ def journal_lines(invocation_id: str) -> Iterator[str]:
     except OSError:
         return
     try:
-        assert proc.stdout is not None
-        yield from proc.stdout
+        if proc.stdout is not None:
+            yield from proc.stdout
     finally:
         proc.kill()
         proc.wait()

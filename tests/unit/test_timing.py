@@ -132,8 +132,9 @@ def test_the_load_phase_counts_its_bursts() -> None:
 def test_model_files_and_the_report_record() -> None:
     assert ab_model_files(CONFIGS, RENDERED) == ["/m/t.gguf", "/m/d.gguf"]
     p = plan()
-    record = ab_timing_record(p, [{"config": "draft", "start_s": 301.5}, {"config": "draft", "start_s": 290},
-                                 {"config": "baseline", "start_s": None}])
+    entries = [{"config": "draft", "start_s": 301.5}, {"config": "draft", "start_s": 290},
+               {"config": "baseline", "start_s": None}]
+    record = ab_timing_record(p, entries)
     assert record["configs"]["draft"]["starts_seen_s"] == [301.5, 290.0]
     assert record["configs"]["baseline"]["starts_seen_s"] == []
     assert record["restarts"] == 10
