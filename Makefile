@@ -121,25 +121,81 @@ sanity: venv collection
 	$(PY) tests/sanity/run.py
 
 test-unit: venv collection
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q --durations=15 tests/unit
 
 test-integration: venv collection llama-server vllm-testbed
-	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q tests/integration
+	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q --durations=15 tests/integration
 
-# Everything CI runs: lint, sanity, the ecosystem's checks, real systemd (Molecule), unit and integration tests.
-# The light Molecule scenarios (no speed measured: serving, failures, the dead-man, env files, SSH) run in two
-# lanes side by side; the scenarios that measure speed run one at a time, alone on the machine.
-MOLECULE_LANE_A ?= default failures deadman
-MOLECULE_LANE_B ?= envfile ssh
-MOLECULE_ALONE ?= ab abfaults win watch fleet vllm
-test: prepare
-	$(PY) -m ruff check .
-	$(PY) tests/sanity/run.py
-	$(MAKE) --no-print-directory conventions
-	$(MAKE) --no-print-directory -j2 --output-sync=target molecule-lane-a molecule-lane-b
-	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
-	$(MAKE) --no-print-directory molecule-build
-	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest tests
+# ---------------------------------------------------------------------------------------------------------------
+# make test: everything CI runs, in stages, with a table of the stages and their seconds at the end (also written to
+# .build/test-stages.tsv). A stage that fails does not stop the ones after it (but nothing runs without `prepare`);
+# `make test` fails after the table when any stage failed.
+#
+# Every Molecule scenario `make test` runs is named once, here, in one of these lists (each run in the order given):
+# - MOLECULE_LANE_A, MOLECULE_LANE_B, the light lanes: scenarios that measure no speed (serving, failures, timers, env
+#   files, SSH), whose assertions hold however busy the machine is. They mostly wait on systemd, timers and podman,
+#   so the two lanes run side by side, and beside the checks that do not depend on timing either.
+# - MOLECULE_AB_LANE_A, MOLECULE_AB_LANE_B, the A/B lanes: scenarios that measure speed (an A/B, vLLM starts) but
+#   assert only what holds however busy the machine is (gates, counters, statuses; timers with room to spare). Each
+#   uses about one core, mostly Ansible's own work, so the two lanes run side by side, with nothing else beside.
+# - MOLECULE_ALONE: scenarios whose result is a speed itself (molecule/win's win), one at a time, nothing beside.
+# A new scenario: light if it measures no speed, alone if what it shows is a speed, else an A/B lane; within a
+# kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
+MOLECULE_LANE_A ?= default deadman
+MOLECULE_LANE_B ?= envfile ssh failures
+MOLECULE_AB_LANE_A ?= vllm fleet watch
+MOLECULE_AB_LANE_B ?= ab abfaults
+MOLECULE_ALONE ?= win
+STAGES := $(CURDIR)/.build/test-stages.tsv
+stage := tests/suite/stage.sh
+
+test:
+	@mkdir -p .build; : > $(STAGES); \
+	export SPECDEC_STAGES=$(STAGES) SPECDEC_STAGES_T0=$$(date +%s); \
+	$(MAKE) --no-print-directory test-stages; \
+	$(PYTHON) tests/suite/stage_table.py $(STAGES)
+
+# The stages in their order. Side by side: the checks (ruff, sanity, conventions, pytest's unit tests: CPU, no
+# timing) with the two light Molecule lanes; then the two A/B lanes; then the scenarios that show a speed, alone;
+# then the build scenario beside pytest's integration tests (real llama-server and vLLM; no timed assertion).
+.PHONY: test-stages test-checks test-lane-a test-lane-b test-ab-lane-a test-ab-lane-b test-alone test-build \
+  test-integration-stage
+test-stages:
+	@$(stage) prepare $(MAKE) --no-print-directory prepare || { echo "make test: prepare failed, nothing else can run"; exit 1; }
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-checks test-lane-a test-lane-b || true
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-ab-lane-a test-ab-lane-b || true
+	@$(MAKE) --no-print-directory test-alone || true
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-build test-integration-stage || true
+test-checks:
+	@$(stage) checks $(MAKE) --no-print-directory -j1 -k stage-lint stage-sanity stage-conventions stage-test-unit
+test-lane-a:
+	@$(stage) "molecule light A" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_A)"
+test-lane-b:
+	@$(stage) "molecule light B" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_B)"
+test-ab-lane-a:
+	@$(stage) "molecule measuring A" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_A)"
+test-ab-lane-b:
+	@$(stage) "molecule measuring B" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_AB_LANE_B)"
+test-alone:
+	@$(stage) "molecule alone" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
+test-build:
+	@$(stage) molecule-build $(MAKE) --no-print-directory molecule-build
+test-integration-stage:
+	@$(stage) "pytest integration" $(MAKE) --no-print-directory test-integration
+# stage-NAME: `make NAME` as a stage named NAME (inside its lane's stage)
+stage-%:
+	@$(stage) $* $(MAKE) --no-print-directory $*
+
+# Soaks and sweeps keep their own targets (README, "Soaks and sweeps"); `make test` runs a seeded sample of each:
+# test-load (the load scenario), test-vocab-pairs (every vocabulary pair), fuzz (100,000 hostile headers),
+# benchmark-calibration (how often the verdicts are right), test-vllm-oracle (every vLLM start of the oracle).
+
+# The load gate through spec_ab on real systemd with two slots and overlapping streams (molecule/load, about 8
+# minutes on a busy 2-core machine; `make test` runs the gate against the real server in
+# tests/integration/test_load_gate_server.py).
+.PHONY: test-load
+test-load:
+	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=load
 
 # spec_compat against the real server on every ordered pair of llama.cpp's own vocabulary files (361 server
 # starts; `make test` runs a sample of them).
@@ -189,7 +245,7 @@ endef
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= default failures deadman ab abfaults envfile win ssh watch fleet vllm
+MOLECULE_SCENARIOS ?= $(MOLECULE_LANE_A) $(MOLECULE_LANE_B) $(MOLECULE_AB_LANE_A) $(MOLECULE_AB_LANE_B) $(MOLECULE_ALONE)
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
@@ -201,7 +257,7 @@ molecule: venv collection llama-server models win-models
 	passed=0; failed=0; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  start=$$SECONDS; \
-	  if $(VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
+	  if $(stage) $$scenario $(VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
 	  echo "molecule scenario $$scenario: $$((SECONDS - start)) s"; \
 	done; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
@@ -213,12 +269,6 @@ molecule: venv collection llama-server models win-models
 	done; \
 	echo "molecule: $$passed passed, $$failed failed"; \
 	[ $$failed -eq 0 ]
-
-.PHONY: molecule-lane-a molecule-lane-b
-molecule-lane-a:
-	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_A)"
-molecule-lane-b:
-	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_B)"
 
 # llama.cpp built from the sdist inside a systemd container (molecule/build): role llamacpp_build serving
 # through llamacpp_serve, a failed build, switching back, a prebuilt tarball, retention, toolkit checks, and

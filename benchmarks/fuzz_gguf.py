@@ -38,12 +38,16 @@ from ansible.module_utils.common.parameters import remove_values
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import PINNED
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
 
 VT = ValueType
 FMT = {VT.UINT8: "B", VT.INT8: "b", VT.UINT16: "H", VT.INT16: "h", VT.UINT32: "I", VT.INT32: "i",
        VT.FLOAT32: "f", VT.BOOL: "?", VT.UINT64: "Q", VT.INT64: "q", VT.FLOAT64: "d"}
-VOCAB_GLOB = os.path.expanduser("~/.cache/llmfleet-specdec/src-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf")
+# llama.cpp's vocabulary files in the pinned tree that `make llama-server` unpacks under the cache ($LLMFLEET_CACHE,
+# which the Makefile sets from CACHE=)
+VOCAB_GLOB = os.path.join(os.environ.get("LLMFLEET_CACHE") or os.path.expanduser("~/.cache/llmfleet-specdec"),
+                          f"src-{PINNED['llama_cpp_python']}", "vendor", "llama.cpp", "models", "ggml-vocab-*.gguf")
 VOCAB_KEEP = 48  # array entries kept when a vocabulary file becomes a small seed
 SLOW_S = 1.0
 OUTCOMES = ("parsed", "project error", "other exception", "memory error", "over 1 s")

@@ -10,6 +10,11 @@ options:
   max_header_bytes:
     description:
       - Refuse headers larger than this many bytes. Bounds memory against a hostile file.
+      - A module that reads two files (M(llmfleet.specdec.spec_compat), M(llmfleet.specdec.spec_lint)) holds both
+        headers at once, so they share it - the draft gets what the target's header leaves. Real headers are
+        tens of MB.
+      - At the default the module's peak memory stays under 512 MiB whatever the header holds (its own bytes,
+        one bit per token and a 4-byte slot per distinct token text; see C(benchmarks/gguf_memory.py)).
     type: int
     default: 268435456
   first_read:

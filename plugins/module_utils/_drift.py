@@ -27,7 +27,7 @@ DRIFT_KINDS = ("build-changed", "binary-changed", "model-changed", "model-missin
                "pending-config-differs", "override-active", "unit-not-running", "acceptance-out-of-band",
                "mean-length-out-of-band", "proposer-stopped", "evidence-too-old", "no-evidence",
                "evidence-incomplete")
-INFO_KINDS = ("window-skipped", "too-little-traffic", "ab-in-progress", "restarted-in-window")
+INFO_KINDS = ("window-skipped", "too-little-traffic", "ab-in-progress", "restarted-in-window", "stale-lock")
 RERUN = "re-run the A/B (playbooks/spec_ab.yml) and promote its winner (playbooks/promote.yml)"
 
 # The variables a llama.cpp or vLLM launcher reads: compared even when the promoted rendering lacks them.
@@ -45,6 +45,37 @@ class DriftInputError(SpecdecError):
 def finding(kind: str, message: str, action: str, **numbers: Any) -> Dict[str, Any]:
     severity = "drift" if kind in DRIFT_KINDS else "info"
     return {"kind": kind, "severity": severity, "message": message, "action": action, "numbers": numbers}
+
+
+# ------------------------------------------------------------------ the unit's lock
+
+
+def judge_lock(state: Mapping[str, Any], unit: str) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """Whether an A/B holds the unit, from ``ab_lock state=query``'s answer (``_host_state.query``): ``("free",
+    None)``, ``("held", ab-in-progress)`` or ``("stale", stale-lock)``.
+
+    Held: the run may still be measuring (its expiry lies ahead, or its dead-man timer is armed and its candidate
+    serves until the timer fires), so the live config and acceptance are its candidates'. Stale (an expiry passed,
+    a holder provably gone, a lock file that is not a record) is what a killed run leaves: production is then
+    judged as usual, and an override it left active is still found. The record is passed on whole, whatever
+    fields it holds."""
+    record = state.get("holder")
+    path = state.get("path")
+    if record is None:
+        return "free", None
+    shown = dict(record)
+    if state.get("held"):
+        return "held", finding("ab-in-progress", f"an A/B run holds {unit} (lock {path}: run {record.get('run_id')}, "
+                               f"started {record.get('started')}, expires {record.get('expires')}"
+                               f"{'; its dead-man timer is armed' if 'armed' in str(state.get('why')) else ''}): the "
+                               "live config and acceptance are its candidates', not production's, and were not judged",
+                               "watch again after the run", lock=shown)
+    run = record.get("run_id")
+    what = f"the lock of run {run} ({path}, started {record.get('started')})" if run else f"the lock file {path}"
+    return "stale", finding("stale-lock", f"{what} is stale: {state.get('why')}. The run that took it is gone "
+                            "without releasing it (killed, or its controller died), so production was judged as usual",
+                            "nothing is needed to run again (the next A/B takes a stale lock over); to tidy up, see "
+                            f"override-active below and remove {path}", lock=shown, why=state.get("why"))
 
 
 # ------------------------------------------------------------------ the evidence

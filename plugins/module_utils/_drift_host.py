@@ -32,15 +32,14 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._build import FAC
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_files
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
 from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import (
     DEFAULT_STATE_DIR,
     Runner,
-    lock_paths,
-    read_record,
     safe_path_component,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_fingerprint
+from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import query as query_lock
+from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import MAX_TEXT, tokenizer_fingerprint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, environment_files, parse_show
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import Systemctl, override_paths, service_name
 
@@ -79,9 +78,17 @@ def model_fingerprint(path: str) -> Dict[str, Any]:
                 sample.update(bytes.fromhex(_sha256_range(handle, start, min(SAMPLE_BYTES, size - start))))
         return {"size": size, "header_sha256": head, "data_sample_sha256": sample.hexdigest(),
                 "tokenizer_fingerprint": tokenizer_fingerprint(header),
-                "architecture": header.python("general.architecture"), "name": header.python("general.name")}
+                "architecture": _shown(header, "general.architecture"), "name": _shown(header, "general.name")}
     except (OSError, SpecdecError) as exc:
         return {"error": str(exc)}
+
+
+def _shown(header: Any, key: str) -> Any:
+    """A header value to show: a string clipped past MAX_TEXT bytes, a scalar as is, an array (never a name) not."""
+    kv = header.kv.get(key)
+    if kv is None or kv.vtype == ValueType.ARRAY:
+        return None
+    return kv.text(MAX_TEXT) if kv.vtype == ValueType.STRING else kv.value
 
 
 def binary_fingerprint(path: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -214,6 +221,8 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
 
     measured_at = drift.parse_time(report.get("finished")) or drift.parse_time(report.get("started"))
     findings += drift.judge_age(measured_at, drift.parse_time(evidence.get("promoted")), now(), max_age)
+    if measured_at is not None:
+        result["evidence_age_seconds"] = round((now() - measured_at).total_seconds(), 1)
 
     then = (report.get("environment") or {}).get("measured_on")
     paths = drift.model_paths(promoted)
@@ -229,17 +238,16 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         findings += drift.compare_binary(then.get("binary"), current["binary"])
         findings += drift.compare_models(then.get("models") or {}, current["models"], paths)
 
-    lock_file, _guard = lock_paths(state_dir, unit)
-    lock = read_record(lock_file)
     view = UnitView(unit, run)
-    if lock:
-        findings.append(drift.finding("ab-in-progress", f"an A/B run holds {view.unit} (lock {lock_file}: run "
-                                      f"{lock.get('run_id')}, started {lock.get('started')}, expires "
-                                      f"{lock.get('expires')}): the live config and acceptance are its candidates', "
-                                      "not production's, and were not judged", "watch again after the run",
-                                      lock=dict(lock)))
+    # ab_lock state=query's reading of the lock (held, stale and why), so the watch and the playbooks agree
+    lock_state = query_lock({"unit": unit, "state_dir": state_dir}, run, now=lambda: now().timestamp())
+    state, lock_finding = drift.judge_lock(lock_state, view.unit)
+    if state == "held" and lock_finding is not None:
+        findings.append(lock_finding)
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
         return result
+    if lock_finding is not None:
+        findings.append(lock_finding)  # a stale lock: production is judged, an override left active too
     dropin = override_paths(view.unit).dropin
     if dropin in view.dropins or os.path.exists(dropin):
         findings.append(drift.finding("override-active", f"an A/B candidate override {dropin} is in place and no "

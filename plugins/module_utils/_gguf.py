@@ -28,6 +28,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GG
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf_source import (
     DEFAULT_FIRST_READ,
     FileSource,
+    HeaderBuffer,
     HttpSource,
     open_source,
 )
@@ -44,6 +45,10 @@ INT64_MAX = (1 << 63) - 1
 # made of tiny items would cost 10-20 bytes of memory per header byte.
 MAX_KV_COUNT = 1 << 16
 MAX_TENSOR_COUNT = 1 << 16
+# Keys are held as Python strings (up to 4 bytes a character), so their bytes are capped too: one key at the
+# GGUF specification's 65,535 bytes, all of them together at 8 MiB (real models: a few KiB in all).
+MAX_KEY_BYTES = 65535
+MAX_KEY_NAME_BYTES = 8 * 1024 * 1024
 HASH_CHUNK = 1 << 20  # bytes fed to a hash at a time when re-encoding big-endian arrays
 
 DEFAULT_MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -173,6 +178,20 @@ class Array:
 
     def raw(self) -> bytes:
         return bytes(self._buf[self.start:self.end])
+
+    def head(self, n: int) -> bytes:
+        """The first ``n`` bytes of the elements as stored (no copy of the rest)."""
+        return bytes(self._buf[self.start:min(self.start + n, self.end)])
+
+    @property
+    def buffer(self) -> Any:
+        """The header bytes this array is a view of (positions are file offsets)."""
+        return self._buf
+
+    @property
+    def order(self) -> str:
+        """The file's byte order as a struct prefix (``<`` or ``>``)."""
+        return self._order
 
     def iter_bytes(self, limit: int | None = None) -> Iterator[bytes]:
         """Each string element as raw bytes (for STRING arrays)."""
@@ -322,6 +341,36 @@ class KV:
         start, end = self._span()
         return end - start
 
+    def feed_raw(self, sink: Any) -> None:
+        """Pass a STRING value's bytes as stored to ``sink.update``, without a copy."""
+        start, end = self._span()
+        with memoryview(self._store.buf) as mv:
+            sink.update(mv[start:end])
+
+    def text(self, limit: int) -> str:
+        """A STRING value decoded as :attr:`value` is, but at most its first ``limit`` bytes: a longer
+        one ends in ``...(N bytes)``, so a hostile string costs no copy of itself."""
+        size = self.byte_length()
+        if size <= limit:
+            return self.value
+        return self.raw_bytes(limit).decode("utf-8", "replace") + f"...({size} bytes)"
+
+    def contains(self, needle: bytes, *, ignore_case: bool = False) -> bool:
+        """Whether a STRING value's stored bytes hold ``needle`` (ASCII; ``ignore_case``: ASCII case),
+        searched in place. For an ASCII needle this is the same answer as searching the decoded
+        text: UTF-8 never encodes another character with ASCII bytes, and a replaced invalid byte
+        is never ASCII."""
+        start, end = self._span()
+        buf = self._store.buf
+        if not ignore_case:
+            return buf.find(needle, start, end) >= 0
+        needle = needle.lower()
+        step = max(1 << 20, 4 * len(needle))
+        for pos in range(start, end, step):
+            if needle in bytes(buf[pos:min(pos + step + len(needle) - 1, end)]).lower():
+                return True
+        return False
+
     def python(self) -> Any:
         value = self.value
         return value.to_list() if isinstance(value, Array) else value
@@ -414,66 +463,8 @@ def encode_value(vtype: ValueType, value: Any) -> bytes:
 # The parser
 
 
-class _Buffer:
-    """The header bytes from offset 0, grown on demand from a source and never past the limit."""
-
-    def __init__(self, source: FileSource | HttpSource, first_read: int, max_bytes: int) -> None:
-        self.source = source
-        self.data = bytearray()
-        self.max_bytes = max_bytes
-        # Each read fetches at least one chunk, so a header costs ceil(size / chunk) reads and
-        # never more than one chunk past its end.
-        self.grow = max(first_read, 64 * 1024)
-
-    @property
-    def limit(self) -> int:
-        """The last byte the header may extend to: the file's end or max_header_bytes."""
-        size = self.source.size
-        return self.max_bytes if size is None else min(size, self.max_bytes)
-
-    def ensure(self, end: int, at: int) -> None:
-        """Make bytes [0, end) available; ``at`` is the offset being parsed, for the error."""
-        have = len(self.data)
-        if end <= have:
-            return
-        self._check_room(end, at)
-        want = max(end, have + self.grow)
-        size = self.source.size
-        if size is not None:
-            want = min(want, size)
-        want = min(want, self.max_bytes)
-        chunk = self.source.read(have, want - have, end - have)
-        self.data += chunk
-        if len(self.data) < end:
-            self._check_room(end, at)  # the source may only now have told us its size
-            raise GGUFError(self.source.name, at,
-                            f"the file is truncated: the header needs byte {end - 1} but the file ends "
-                            f"at byte {len(self.data)}")
-
-    def _check_room(self, end: int, at: int) -> None:
-        size = self.source.size
-        if size is not None and end > size:
-            raise GGUFError(self.source.name, at,
-                            f"the file is truncated or the header is corrupt: it needs byte {end - 1} "
-                            f"but the file is {size} bytes long")
-        if end > self.max_bytes:
-            raise GGUFError(self.source.name, at,
-                            f"the header would extend past max_header_bytes ({self.max_bytes}); raise "
-                            "max_header_bytes if this file really has a header that large")
-
-    def limit_text(self) -> str:
-        size = self.source.size
-        if size is not None and size <= self.max_bytes:
-            return f"the end of the file at byte {size} (the file is truncated or the header corrupt)"
-        return f"max_header_bytes ({self.max_bytes}; raise it if the header really is that large)"
-
-    def room(self, pos: int) -> int:
-        """How many bytes may still follow ``pos`` (file end or the header limit)."""
-        return self.limit - pos
-
-
 class _Parser:
-    def __init__(self, buf: _Buffer, order: str) -> None:
+    def __init__(self, buf: HeaderBuffer, order: str) -> None:
         self.buf = buf
         self.name = buf.source.name
         self.order = order
@@ -600,9 +591,12 @@ def _detect_order(name: str, head: bytes) -> tuple[str, int]:
 
 
 def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-                 first_read: int = DEFAULT_FIRST_READ, check_data: bool = True) -> GGUFHeader:
-    """Parse the header from ``source``; raise GGUFError naming the offset on any problem."""
-    buf = _Buffer(source, first_read, max_header_bytes)
+                 first_read: int = DEFAULT_FIRST_READ, check_data: bool = True,
+                 limit_name: str | None = None) -> GGUFHeader:
+    """Parse the header from ``source``; raise GGUFError naming the offset on any problem.
+
+    ``limit_name`` says in the errors what ``max_header_bytes`` is (default: the option of that name)."""
+    buf = HeaderBuffer(source, first_read, max_header_bytes, limit_name)
     name = source.name
     buf.ensure(8, 0)
     order, version = _detect_order(name, bytes(buf.data[:8]))
@@ -622,8 +616,17 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
         raise p.fail(16, f"key/value count {hdr.kv_count} is more than this reader accepts ({MAX_KV_COUNT}); "
                          "real models have a few dozen keys, so the header is corrupt")
 
+    key_bytes = 0
     for _dummy in range(hdr.kv_count):
         at = pos
+        length = p.read_u64(pos)[0]
+        key_bytes += length
+        if length > MAX_KEY_BYTES:
+            raise p.fail(at, f"a key of {length} bytes; the GGUF specification allows at most {MAX_KEY_BYTES}, "
+                             "so the header is corrupt")
+        if key_bytes > MAX_KEY_NAME_BYTES:
+            raise p.fail(at, f"the key names take more than {MAX_KEY_NAME_BYTES} bytes (this reader's limit; "
+                             "real models have a few KiB of keys), so the header is corrupt")
         key, pos = p.read_str(pos, "key")
         if key in hdr.kv:
             raise p.fail(at, f"duplicate key {key!r}")
@@ -697,13 +700,33 @@ def parse_header(source: FileSource | HttpSource, *, max_header_bytes: int = DEF
 
 
 def read_header(location: str, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-                first_read: int = DEFAULT_FIRST_READ, check_data: bool = True, **http_options: Any) -> GGUFHeader:
+                first_read: int = DEFAULT_FIRST_READ, check_data: bool = True, limit_name: str | None = None,
+                **http_options: Any) -> GGUFHeader:
     """Open ``location`` (path or http(s) URL), parse its header, close it."""
     source = open_source(location, **http_options)
     try:
-        return parse_header(source, max_header_bytes=max_header_bytes, first_read=first_read, check_data=check_data)
+        return parse_header(source, max_header_bytes=max_header_bytes, first_read=first_read, check_data=check_data,
+                            limit_name=limit_name)
     finally:
         source.close()
+
+
+def share_left(max_header_bytes: int, first: GGUFHeader, what: tuple[str, str] = ("target", "draft")
+               ) -> dict[str, Any]:
+    """The read options of a second header held beside ``first``: both share one ``max_header_bytes``,
+    so a module that holds two at once (spec_compat, spec_lint) holds no more header bytes than one
+    at the limit would. Real headers (tens of MB) are far below either share."""
+    left = max(max_header_bytes - first.header_bytes, 0)
+    return {"max_header_bytes": left,
+            "limit_name": (f"the {left} bytes of max_header_bytes ({max_header_bytes}) that the {what[0]}'s header "
+                           f"({first.header_bytes} bytes) leaves to the {what[1]}'s (both headers are held at once)")}
+
+
+def read_pair(first: str, second: str, *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+              what: tuple[str, str] = ("target", "draft"), **options: Any) -> tuple[GGUFHeader, GGUFHeader]:
+    """Two headers that share one ``max_header_bytes`` (:func:`share_left`)."""
+    one = read_header(first, max_header_bytes=max_header_bytes, **options)
+    return one, read_header(second, **share_left(max_header_bytes, one, what), **options)
 
 
 def tokens_sha256(tokens: Array, limit: int | None = None) -> str:

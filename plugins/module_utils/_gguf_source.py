@@ -4,8 +4,8 @@
 """The byte sources of the GGUF header reader (``_gguf``): a local file read in chunks, or an HTTP(S) URL read
 by Range requests through the collection's one HTTP client (``_http``).
 
-This room knows nothing of the GGUF format: ``_gguf.parse_header`` asks a source for byte ranges and checks
-every count itself.
+This room knows nothing of the GGUF format: ``_gguf.parse_header`` asks a :class:`HeaderBuffer` over a source
+for byte ranges and checks every count itself.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._http import requ
 
 DEFAULT_FIRST_READ = 8 * 1024 * 1024
 FILE_CHUNK = 4 * 1024 * 1024
+# The most bytes one read asks a source for, so a long string costs no second copy of itself in memory.
+MAX_READ_PIECE = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,10 +48,31 @@ class FileSource:
         self.bytes_read += len(data)
         return data
 
+    def read_into(self, data: bytearray, size: int) -> int:
+        """Append up to ``size`` bytes from offset ``len(data)`` to ``data``, in place: the bytes are read
+        straight into the buffer 1 MiB at a time, never held twice. One request, as :meth:`read`."""
+        self._fh.seek(len(data))
+        self.requests += 1
+        done = 0
+        while done < size:
+            step = min(size - done, len(_ZEROS))
+            have = len(data)
+            data += _ZEROS[:step] if step < len(_ZEROS) else _ZEROS
+            with memoryview(data) as mv:
+                got = self._fh.readinto(mv[have:have + step])
+            if got < step:
+                del data[have + got:]
+                done += got
+                break
+            done += got
+        self.bytes_read += done
+        return done
+
     def close(self) -> None:
         self._fh.close()
 
 
+_ZEROS = bytes(1 << 20)
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
 
@@ -184,6 +207,80 @@ class HttpSource:
 def _content_range_total(value: str) -> int | None:
     m = re.search(r"/(\d+)\s*$", value or "")
     return int(m.group(1)) if m else None
+
+
+class HeaderBuffer:
+    """The header bytes from offset 0, grown on demand from a source and never past the limit."""
+
+    def __init__(self, source: FileSource | HttpSource, first_read: int, max_bytes: int,
+                 limit_name: str | None = None) -> None:
+        self.source = source
+        self.data = bytearray()
+        self.max_bytes = max_bytes
+        self.limit_name = limit_name or f"max_header_bytes ({max_bytes})"
+        # Each read fetches at least one chunk, so a header costs ceil(size / chunk) reads and
+        # never more than one chunk past its end.
+        self.grow = max(first_read, 64 * 1024)
+
+    @property
+    def limit(self) -> int:
+        """The last byte the header may extend to: the file's end or max_header_bytes."""
+        size = self.source.size
+        return self.max_bytes if size is None else min(size, self.max_bytes)
+
+    def ensure(self, end: int, at: int) -> None:
+        """Make bytes [0, end) available; ``at`` is the offset being parsed, for the error."""
+        have = len(self.data)
+        if end <= have:
+            return
+        self._check_room(end, at)
+        want = max(end, have + self.grow)
+        size = self.source.size
+        if size is not None:
+            want = min(want, size)
+        want = min(want, self.max_bytes)
+        # In pieces of at most max(grow, MAX_READ_PIECE): a 200 MB string is never held twice (once
+        # read, once appended), and a real header still costs ceil(size / grow) reads.
+        piece = max(self.grow, MAX_READ_PIECE)
+        read_into = getattr(self.source, "read_into", None)  # a local file reads straight into the buffer
+        while len(self.data) < want:
+            have = len(self.data)
+            ask = min(want - have, piece)
+            if read_into is not None:
+                got = read_into(self.data, ask)
+            else:
+                chunk = self.source.read(have, ask, max(min(end - have, ask), 1))
+                self.data += chunk
+                got = len(chunk)
+                del chunk
+            if got < ask:
+                break  # the end of the file, or a streamed body that sent what the parse needs
+        if len(self.data) < end:
+            self._check_room(end, at)  # the source may only now have told us its size
+            raise GGUFError(self.source.name, at,
+                            f"the file is truncated: the header needs byte {end - 1} but the file ends "
+                            f"at byte {len(self.data)}")
+
+    def _check_room(self, end: int, at: int) -> None:
+        size = self.source.size
+        if size is not None and end > size:
+            raise GGUFError(self.source.name, at,
+                            f"the file is truncated or the header is corrupt: it needs byte {end - 1} "
+                            f"but the file is {size} bytes long")
+        if end > self.max_bytes:
+            raise GGUFError(self.source.name, at,
+                            f"the header would extend past {self.limit_name}; raise "
+                            "max_header_bytes if this file really has a header that large")
+
+    def limit_text(self) -> str:
+        size = self.source.size
+        if size is not None and size <= self.max_bytes:
+            return f"the end of the file at byte {size} (the file is truncated or the header corrupt)"
+        return f"{self.limit_name} (raise max_header_bytes if the header really is that large)"
+
+    def room(self, pos: int) -> int:
+        """How many bytes may still follow ``pos`` (file end or the header limit)."""
+        return self.limit - pos
 
 
 def open_source(location: str, **http_options: Any) -> FileSource | HttpSource:

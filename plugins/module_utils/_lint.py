@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import DEFAULT_MAX_HEADER_BYTES, share_left
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint_rules import (
     HEADER_KEYS,
     _context_stage,
@@ -121,6 +122,8 @@ def run_spec_lint(params: Mapping[str, Any], read_options: Mapping[str, Any] | N
         draft_in, d_label = config.get("draft_model"), "draft (the config's --spec-draft-model)"
     read_options = dict(read_options or {})
     target, t_hdr = facts_or_path(target_in, t_label, read_options, keys=list(HEADER_KEYS))
+    if t_hdr is not None:  # both headers are held at once: they share max_header_bytes
+        read_options.update(share_left(read_options.get("max_header_bytes", DEFAULT_MAX_HEADER_BYTES), t_hdr))
     draft, d_hdr = facts_or_path(draft_in, d_label, read_options, keys=list(HEADER_KEYS))
     compat = params.get("compat")
     if compat is None and t_hdr is not None and d_hdr is not None:

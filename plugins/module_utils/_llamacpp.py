@@ -27,6 +27,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import GGUF
 from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import (
     ABORTS,
     VOCAB_TYPES,
+    LoadedTexts,
+    first_difference,
     load_vocab,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import tokenizer_facts
@@ -152,14 +154,16 @@ def first_token_mismatch(target: GGUFHeader, draft: GGUFHeader,
     return _mismatch(load_vocab(target)["texts"], load_vocab(draft)["texts"], start)
 
 
-def _mismatch(tt: list[bytes] | None, dt: list[bytes] | None, start: int = SPEC_VOCAB_CHECK_START_TOKEN_ID
+def _mismatch(tt: LoadedTexts | None, dt: LoadedTexts | None, start: int = SPEC_VOCAB_CHECK_START_TOKEN_ID
               ) -> dict[str, Any] | None:
+    """Both vocabularies walked side by side in their header buffers (nothing per token is held)."""
     if tt is None or dt is None:
         return None
-    for i in range(start, min(len(tt), len(dt))):
-        if tt[i] != dt[i]:
-            return {"id": i, "target": tt[i].decode("utf-8", "replace"), "draft": dt[i].decode("utf-8", "replace")}
-    return None
+    found = first_difference(tt, dt, start)
+    if found is None:
+        return None
+    i, a, b = found
+    return {"id": i, "target": a.decode("utf-8", "replace"), "draft": b.decode("utf-8", "replace")}
 
 
 def _public(p: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
     KV,
+    MAX_KEY_BYTES,
     Array,
     GGUFHeader,
     ValueType,
@@ -35,6 +36,13 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
 )
 
 TOKENS_SHA_PREFIX = 2000
+# Bounds on what a module returns from a header, whatever the header holds (issue 22): a string fact is
+# shown clipped past MAX_TEXT bytes; the values of O(keys) stop at MAX_VALUE_ITEMS elements and
+# MAX_VALUE_BYTES bytes of strings in all (real models: a 262,144-token vocabulary fits).
+MAX_TEXT = 4096
+MAX_VALUE_ITEMS = 1 << 18
+MAX_VALUE_BYTES = 32 * 1024 * 1024
+_NO_KEY = "\udc80"  # a key prefix no decoded key can start with (a lone surrogate is never valid UTF-8)
 # src/llama-hparams.h LLAMA_MAX_LAYERS; src/llama-model.cpp load_hparams asserts
 # 0 < block_count <= LLAMA_MAX_LAYERS, and get_key_or_arr refuses a per-layer array longer than it.
 LLAMA_MAX_LAYERS = 512
@@ -116,12 +124,25 @@ def _flag(hdr: GGUFHeader, key: str) -> bool | int | None:
 
 
 def _string(hdr: GGUFHeader, key: str) -> str | None:
+    """A string key, decoded; past MAX_TEXT bytes its head and its size (no copy of a hostile string)."""
     kv = hdr.kv.get(key)
     if kv is None:
         return None
     if kv.vtype != ValueType.STRING:
         raise _wrong_type(hdr, kv, "a string")
-    return kv.value
+    return kv.text(MAX_TEXT)
+
+
+def architecture(hdr: GGUFHeader) -> tuple[str | None, str]:
+    """(the architecture to show, the prefix of its keys): None and a prefix no key has when
+    general.architecture is absent or not a string; one longer than any key is shown clipped and
+    prefixes no key."""
+    kv = hdr.kv.get("general.architecture")
+    if kv is None or kv.vtype != ValueType.STRING:
+        return None, _NO_KEY
+    if kv.byte_length() > MAX_KEY_BYTES:
+        return kv.text(MAX_TEXT), _NO_KEY
+    return kv.value, kv.value
 
 
 def _string_array(hdr: GGUFHeader, key: str) -> Array | None:
@@ -230,22 +251,21 @@ def spec_type_autodetect(hdr: GGUFHeader) -> tuple[str | None, str]:
     nothing: the type list stays at its default, none, and a plain draft given with -md alone is
     loaded but never drafts (common/arg.cpp spec_types_is_default) — name --spec-type draft-simple.
     """
-    arch_kv = hdr.kv.get("general.architecture")
-    if arch_kv is None or arch_kv.vtype != ValueType.STRING:
+    shown, arch = architecture(hdr)
+    if shown is None:
         return None, "no general.architecture string: llama.cpp infers nothing"
-    arch = arch_kv.value
     if arch == "dflash":
         if hdr.has_tensor("markov_w1.weight"):
             return "draft-dspark", "architecture dflash with the Markov head markov_w1.weight"
         return "draft-dflash", "architecture dflash without markov_w1.weight"
     bc = hdr.kv.get(f"{arch}.block_count")
     if bc is None or bc.vtype != ValueType.UINT32:
-        return None, (f"{arch}.block_count is missing or not a u32: llama.cpp's gguf_get_val_u32 "
+        return None, (f"{shown}.block_count is missing or not a u32: llama.cpp's gguf_get_val_u32 "
                       "asserts here and the server aborts when this file is given as a draft without --spec-type")
     name = f"blk.{bc.value - 1}.nextn.eh_proj.weight"
     if hdr.has_tensor(name):
         return "draft-mtp", f"tensor {name} present"
-    return None, (f"architecture {arch} and no {name}: no type inferred; as a draft without --spec-type "
+    return None, (f"architecture {shown} and no {name}: no type inferred; as a draft without --spec-type "
                   "it is loaded but speculation stays off (pass --spec-type draft-simple)")
 
 
@@ -290,23 +310,80 @@ def tokenizer_fingerprint(hdr: GGUFHeader) -> str | None:
             h.update(struct.pack("<IQ", kv.value.elem_type, kv.value.count))
             kv.value.feed(h)
         elif kv.vtype == ValueType.STRING:
-            h.update(encode_string(kv.raw_bytes()))
+            h.update(struct.pack("<Q", kv.byte_length()))
+            kv.feed_raw(h)  # in place: a hostile string is not copied
         else:
             h.update(encode_value(kv.vtype, kv.value))
     return h.hexdigest()
 
 
-def _header_value(value: Any) -> Any:
-    """A header value as plain JSON-able data (arrays decoded, nested ones too)."""
-    return value.to_list() if isinstance(value, Array) else value
+class _Budget:
+    """What is left of MAX_VALUE_ITEMS and MAX_VALUE_BYTES for the values of one call."""
+
+    def __init__(self) -> None:
+        self.items = MAX_VALUE_ITEMS
+        self.bytes = MAX_VALUE_BYTES
+        self.cut = False
+
+
+def _bounded_list(arr: Array, budget: _Budget) -> list[Any]:
+    n = min(arr.count, budget.items)
+    if n < arr.count:
+        budget.cut = True
+    budget.items -= n
+    if arr.elem_type == ValueType.ARRAY:
+        out: list[Any] = []
+        for inner in arr.iter_arrays(n):
+            if budget.items <= 0 or budget.bytes <= 0:
+                budget.cut = True
+                break
+            out.append(_bounded_list(inner, budget))
+        return out
+    if arr.elem_type == ValueType.STRING:
+        texts = []
+        for raw in arr.iter_bytes(n):
+            if len(raw) > budget.bytes:
+                budget.cut = True
+                break
+            budget.bytes -= len(raw)
+            texts.append(raw.decode("utf-8", "replace"))
+        return texts
+    return arr.to_list(n)
+
+
+def _header_value(kv: KV, budget: _Budget) -> Any:
+    """A header value as plain JSON-able data (arrays decoded, nested ones too), within ``budget``."""
+    if kv.vtype == ValueType.ARRAY:
+        return _bounded_list(kv.value, budget)
+    if kv.vtype == ValueType.STRING:
+        size = kv.byte_length()
+        if size > min(budget.bytes, MAX_VALUE_BYTES):
+            budget.cut = True
+            return kv.text(max(min(budget.bytes, MAX_VALUE_BYTES), MAX_TEXT))
+        budget.bytes -= size
+    return kv.value
+
+
+def header_values(hdr: GGUFHeader, keys: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The raw values of ``keys`` (None when absent), and the keys whose values were cut short."""
+    values: dict[str, Any] = {}
+    cut: list[str] = []
+    budget = _Budget()
+    for key in keys:
+        kv = hdr.kv.get(key)
+        budget.cut = False
+        values[key] = None if kv is None else _header_value(kv, budget)
+        if budget.cut:
+            cut.append(key)
+    return values, cut
 
 
 def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[str] | None = None) -> dict[str, Any]:
     """The facts dict ``gguf_info`` returns under ``gguf``: plain data only (str, int, float, bool,
     None, lists and dicts of them), never a reader object."""
-    arch_kv = hdr.kv.get("general.architecture")
-    arch = arch_kv.value if arch_kv is not None and arch_kv.vtype == ValueType.STRING else None
-    a = (arch or "") + "."
+    arch, key_arch = architecture(hdr)
+    key_arch = key_arch if arch is not None else ""
+    a = key_arch + "."
     n_layer_all = _uint(hdr, a + "block_count", LLAMA_MAX_LAYERS,
                         ", llama.cpp's layer limit (LLAMA_MAX_LAYERS in src/llama-hparams.h)")
     n_layers = n_layer_all or 0
@@ -314,7 +391,7 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
                     f", the block_count {n_layers} it is part of" if n_layer_all is not None
                     else f", llama.cpp's layer limit ({LLAMA_MAX_LAYERS})") or 0
 
-    recurrent = recurrent_layers(hdr, arch or "", n_layers, n_nextn)
+    recurrent = recurrent_layers(hdr, key_arch, n_layers, n_nextn)
     nextn_ids = list(range(n_layers - n_nextn, n_layers)) if n_layer_all else []
     recurrent_set = set(recurrent)
     kv_layers = [i for i in range(n_layers - n_nextn) if i not in recurrent_set]
@@ -345,7 +422,7 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
         "key_length_swa": _uint(hdr, a + "attention.key_length_swa"),
         "value_length_swa": _uint(hdr, a + "attention.value_length_swa"),
         "sliding_window": _uint(hdr, a + "attention.sliding_window"),
-        "sliding_window_pattern": swa_pattern(hdr, arch or "", n_layers - n_nextn),
+        "sliding_window_pattern": swa_pattern(hdr, key_arch, n_layers - n_nextn),
         "recurrent_layers": recurrent,
         "kv_layers": kv_layers,
         "expert_count": _uint(hdr, a + "expert_count"),
@@ -362,7 +439,9 @@ def model_facts(hdr: GGUFHeader, *, include_tensors: bool = False, keys: list[st
     if include_tensors:
         facts["tensors"] = [t.as_dict() for t in hdr.tensors]
     if keys:
-        facts["values"] = {k: (_header_value(hdr.kv[k].value) if k in hdr.kv else None) for k in keys}
+        facts["values"], cut = header_values(hdr, keys)
+        if cut:
+            facts["values_cut"] = cut
     return facts
 
 

@@ -192,8 +192,16 @@ gguf:
       description:
         - With O(keys), the raw value of each named key (null when absent).
         - Arrays come back as lists (nested arrays as nested lists) and strings with invalid UTF-8 replaced.
+        - So that a hostile header cannot make the result (and the module's memory) huge, the values of one call
+          hold at most 262,144 array elements and 32 MiB of string bytes in all; a value cut short is named in
+          RV(gguf.values_cut). A whole 262,144-token vocabulary fits.
       type: dict
       returned: when requested
+    values_cut:
+      description: The keys of RV(gguf.values) whose value was cut short (see there).
+      type: list
+      elements: str
+      returned: when a value was cut short
 """
 
 import traceback

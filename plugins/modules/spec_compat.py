@@ -131,7 +131,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_pair
 from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import compat_report
 
 ARGUMENT_SPEC = dict(
@@ -146,7 +146,7 @@ def main() -> None:
     p = module.params
     try:
         options = gguf_read_options(p)
-        report = compat_report(read_header(p["target"], **options), read_header(p["draft"], **options))
+        report = compat_report(*read_pair(p["target"], p["draft"], **options))
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     module.exit_json(changed=False, **report)

@@ -26,8 +26,10 @@ description:
     the same process - against the lowest and highest the A/B measured for the promoted config over its rounds
     and shapes, with a tolerance; a proposer that drafts nothing while tokens are generated.
   - The age of the measurement against O(max_age_days).
-  - While an A/B run holds the unit's lock the live config and acceptance belong to its candidate and are not
-    judged (finding C(ab-in-progress)).
+  - While an A/B run holds the unit's lock (a lock record whose expiry lies ahead) the live config and acceptance
+    belong to its candidate and are not judged (finding C(ab-in-progress)). A lock past its expiry, without one,
+    or a lock file that is no record is what a killed run leaves (finding C(stale-lock)); production is judged as
+    usual, and a candidate override left in C(/run) is still found (C(override-active)).
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
   - llmfleet.specdec.attributes.read_only
@@ -83,6 +85,22 @@ options:
     description: The inventory name shown in RV(summary).
     type: str
     default: ""
+  textfile_dir:
+    description:
+      - Also write the result for Prometheus, as C(<textfile_dir>/llmfleet_specdec_<unit>.prom) in the text format
+        that node_exporter's textfile collector reads (give its C(--collector.textfile.directory), for example
+        C(/var/lib/node_exporter/textfile_collector)). Written atomically (a temporary file in the same directory,
+        then a rename), mode C(0644); not written in check mode.
+      - "Series, each labelled with C(unit): C(llmfleet_specdec_watch_timestamp_seconds), C(llmfleet_specdec_promoted_info)
+        (labels C(config), C(run_id)), C(llmfleet_specdec_measured_acceptance) and
+        C(llmfleet_specdec_measured_mean_accepted_length) (label C(bound): C(low), C(high)),
+        C(llmfleet_specdec_live_acceptance), C(llmfleet_specdec_live_mean_accepted_length),
+        C(llmfleet_specdec_live_window_draft_tokens), C(llmfleet_specdec_evidence_age_seconds),
+        C(llmfleet_specdec_finding) (labels C(finding), C(severity); 1 or 0 for every kind) and
+        C(llmfleet_specdec_drift)."
+      - Example alert rules are in C(examples/prometheus/llmfleet-specdec-rules.yml) of the collection.
+      - Writing it is the watch's report, not a change to the host's configuration, so C(changed) stays false.
+    type: path
 notes:
   - Needs root (C(become)) to read the state directory and the unit's process environment.
   - A promotion measured before the collection recorded C(environment.measured_on) gives the finding
@@ -117,7 +135,7 @@ findings:
       C(live-config-differs), C(pending-config-differs), C(override-active), C(unit-not-running),
       C(acceptance-out-of-band), C(mean-length-out-of-band), C(proposer-stopped), C(evidence-too-old),
       C(no-evidence), C(evidence-incomplete); info kinds C(window-skipped), C(too-little-traffic),
-      C(ab-in-progress), C(restarted-in-window).
+      C(ab-in-progress), C(restarted-in-window), C(stale-lock).
   returned: always
   type: list
   elements: dict
@@ -127,6 +145,14 @@ findings:
       message: "live acceptance 31.0 % (62 of 200 drafted tokens in 300 s) is below what the A/B measured"
       action: "re-run the A/B (playbooks/spec_ab.yml) and promote its winner (playbooks/promote.yml)"
       numbers: {live_acceptance: 0.31, measured_low: 0.82, measured_high: 0.97, tolerance: 0.05}
+textfile:
+  description: With O(textfile_dir), the C(path) of the textfile and whether it was C(written) (not in check mode).
+  returned: when O(textfile_dir) is set
+  type: dict
+evidence_age_seconds:
+  description: Seconds since the A/B the promotion rests on finished.
+  returned: when there is a promotion
+  type: float
 summary:
   description: One line - the host, the promoted config and C(no drift), or C(DRIFT) and the drift kinds.
   returned: always
@@ -154,11 +180,12 @@ now:
   type: dict
 """
 
+import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host, _drift_textfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 ARGUMENT_SPEC = dict(
@@ -174,13 +201,20 @@ ARGUMENT_SPEC = dict(
     mean_len_tolerance=dict(type="float", default=0.25),
     max_age_days=dict(type="float", default=30),
     host=dict(type="str", default=""),
+    textfile_dir=dict(type="path"),
 )
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
+        if module.params["textfile_dir"]:
+            _drift_textfile.check_directory(module.params["textfile_dir"])
         result = _drift_host.watch(module.params, run=lambda argv: module.run_command(list(argv)))
+        if module.params["textfile_dir"]:
+            text = _drift_textfile.render(result, time.time())
+            result["textfile"] = _drift_textfile.write(module.params["textfile_dir"], result["unit"], text,
+                                                       check_mode=module.check_mode)
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     module.exit_json(changed=False, **result)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -612,18 +613,25 @@ def write_standard_set(directory: str | Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     index: dict[str, dict[str, Any]] = {}
+    # Each file is written under a name of this process's own and renamed over the old one: a llama-server in a
+    # container that has the old file open or mapped keeps reading it while another lane of `make test` rewrites
+    # the set (the same bytes), and two writers at once never interleave.
     for name, entry in STANDARD_SET.items():
+        tmp = directory / f".{name}.{os.getpid()}.tmp"
         if entry.spec is None:
-            path = write_dflash_draft(directory / name, markov_head=entry.markov_head)
+            write_dflash_draft(tmp, markov_head=entry.markov_head)
             arch = "dflash"
         else:
-            path = write_model(directory / name, entry.spec)
+            write_model(tmp, entry.spec)
             arch = entry.spec.arch
+        path = tmp.replace(directory / name)
         paths[name] = path
         index[name] = {"file": name, "architecture": arch, "role": entry.role, "loadable": entry.loadable,
                        "header_only": not entry.loadable, "spec_type": entry.spec_type,
                        "purpose": entry.purpose, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    (directory / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    tmp = directory / f".index.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    tmp.replace(directory / "index.json")
     return paths
 
 

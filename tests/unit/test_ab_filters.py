@@ -77,8 +77,8 @@ def test_schedule_is_every_config_every_round_on_a_fresh_start_in_a_seeded_order
     assert [p["baseline"] for p in plan] == [p["config"] == "baseline" for p in plan]
     # with two configs, both orders still occur (a rule against the baseline following itself would fix them)
     two = ab_schedule(["baseline", "d"], 20, "baseline", 5)
-    assert {tuple(p["config"] for p in two if p["round"] == r) for r in range(20)} == {("baseline", "d"),
-                                                                                      ("d", "baseline")}
+    orders = {tuple(p["config"] for p in two if p["round"] == r) for r in range(20)}
+    assert orders == {("baseline", "d"), ("d", "baseline")}
     # positions balance: over 40 rounds every config takes every position (a rotation by one never gave the
     # baseline the first slot of round 1 with 3 rounds and 4 configs)
     for name in ("baseline", "a", "b", "c"):

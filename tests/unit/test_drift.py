@@ -5,6 +5,8 @@ import copy
 import datetime as dt
 import json
 import re
+import subprocess
+import sys
 
 import gguf
 import numpy as np
@@ -14,6 +16,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.specdec.plugins.filter.drift import watch_failing, watch_lines
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift as drift
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host as host
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as host_state
 
 PROMOTED_ENV = {"LLAMA_ARG_MODEL": "/srv/m/target.gguf", "LLAMA_ARG_PORT": "8080",
                 "LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/srv/m/draft.gguf",
@@ -262,3 +265,84 @@ def test_broken_evidence_fails_naming_the_file(tmp_path) -> None:
         host.watch({"unit": "llama-server.service", "state_dir": str(tmp_path)}, run=_never)
     with pytest.raises(drift.DriftInputError, match="window: expected a number of at least 0"):
         host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": -1}, run=_never)
+
+
+# ------------------------------------------------------------------ the unit's lock (issue 22 point 5)
+
+class _Systemd:
+    """systemctl as a stopped unit with an A/B drop-in left in /run answers it; the dead-man timer as told."""
+
+    def __init__(self, dropin: bool = True, armed: bool = False) -> None:
+        self.dropin, self.armed, self.asked = dropin, armed, []
+
+    def __call__(self, argv):
+        self.asked.append(list(argv))
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0, "active\n", "") if self.armed else (3, "inactive\n", "")
+        if argv[:2] == ["systemctl", "show"]:
+            drop = host.override_paths("llama-server.service").dropin if self.dropin else ""
+            return 0, ("MainPID=0\nActiveState=inactive\nExecMainStartTimestamp=\nEnvironmentFiles=\n"
+                       f"DropInPaths={drop}\n"), ""
+        raise AssertionError(f"the watch only reads: {argv}")
+
+
+def _watch_with_lock(tmp_path, record, now, **systemd):
+    (tmp_path / "promoted").mkdir(exist_ok=True)
+    (tmp_path / "promoted" / "llama-server.json").write_text(json.dumps(_evidence()))
+    (tmp_path / "locks").mkdir(exist_ok=True)
+    if record is not None:
+        (tmp_path / "locks" / "llama-server.json").write_text(record if isinstance(record, str) else json.dumps(record))
+    fake = _Systemd(**systemd)
+    result = host.watch({"unit": "llama-server", "state_dir": str(tmp_path), "window": 0, "max_age_days": 0,
+                         "build_record": str(tmp_path / "none.json")}, run=fake, now=lambda: now)
+    return result, [f["kind"] for f in result["findings"]]
+
+
+def test_a_lock_that_expired_a_year_ago_is_stale_and_the_override_is_still_found(tmp_path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    year_ago = now.timestamp() - 365 * 86400
+    old = {"run_id": "20251201T000000Z-1", "started": "2025-12-01T00:00:00Z", "expires": "2025-12-01T00:15:00Z",
+           "expires_epoch": int(year_ago) + 900, "controller": "ctl", "pid": 4242}
+    result, kinds = _watch_with_lock(tmp_path, old, now)
+    assert "ab-in-progress" not in kinds
+    assert kinds[-3:] == ["stale-lock", "override-active", "unit-not-running"], kinds
+    stale = next(f for f in result["findings"] if f["kind"] == "stale-lock")
+    assert stale["severity"] == "info" and "20251201T000000Z-1" in stale["message"]
+    assert "it expired at 2025-12-01T00:15:00Z" in stale["message"]  # ab_lock state=query's reason
+    assert stale["numbers"]["lock"]["pid"] == 4242
+    assert "DRIFT: evidence-incomplete, override-active, unit-not-running" in result["summary"]
+
+
+def test_a_live_lock_still_means_an_ab_is_running(tmp_path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    live = {"run_id": "r2", "started": "2026-11-30T23:55:00Z", "expires": "2026-12-01T00:10:00Z",
+            "expires_epoch": int(now.timestamp()) + 600, "boot_id": "0f3c", "pid_ns": "pid:[1]", "pid": 1,
+            "start_ticks": 5}
+    result, kinds = _watch_with_lock(tmp_path, live, now)
+    assert kinds[-1] == "ab-in-progress" and "override-active" not in kinds
+    assert result["findings"][-1]["numbers"]["lock"]["boot_id"] == "0f3c"  # a newer record passed on whole
+    # past its expiry, but its dead-man still armed: its candidate serves until the timer restores production
+    expired = dict(live, expires_epoch=int(now.timestamp()) - 60)
+    result, kinds = _watch_with_lock(tmp_path, expired, now, armed=True)
+    assert kinds[-1] == "ab-in-progress" and "dead-man timer is armed" in result["findings"][-1]["message"]
+
+
+def test_a_holder_provably_gone_makes_the_lock_stale_before_its_expiry(tmp_path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    me = host_state.process_identity(child.pid)
+    child.wait()  # its pid is gone now, on this boot and in this pid namespace
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    record = {"run_id": "r5", "started": "x", "expires": "later", "expires_epoch": int(now.timestamp()) + 3600,
+              "pid": child.pid, **me}
+    result, kinds = _watch_with_lock(tmp_path, record, now, dropin=False)
+    stale = next(f for f in result["findings"] if f["kind"] == "stale-lock")
+    assert f"controller process {child.pid} is gone" in stale["message"] and "ab-in-progress" not in kinds
+
+
+def test_a_lock_file_that_is_no_record_is_stale(tmp_path) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    result, kinds = _watch_with_lock(tmp_path, "{not json", now, dropin=False)
+    stale = next(f for f in result["findings"] if f["kind"] == "stale-lock")
+    assert "not a lock record" in stale["message"] and kinds[-1] == "unit-not-running"
+    result, kinds = _watch_with_lock(tmp_path, {"run_id": "r3"}, now, dropin=False)
+    assert "has no expiry" in next(f for f in result["findings"] if f["kind"] == "stale-lock")["message"]

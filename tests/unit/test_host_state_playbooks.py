@@ -133,4 +133,3 @@ def test_require_unit_free_refuses_naming_the_holder_and_specdec_force_goes_ahea
     assert forced.returncode == 0 and "WENT AHEAD" in forced.stdout and "specdec_force=true: going ahead" in forced.stdout
     lock = json.loads((state / "locks" / "llama-server.json").read_text())
     assert lock["run_id"] == "20261130T120000Z-a1b2c3"  # a query never takes or changes the lock
-

@@ -85,7 +85,7 @@ def _lock(state_dir: Path) -> None:
 @pytest.mark.parametrize("pb, extra", [
     ("playbooks/build.yml", ["-e", "specdec_llamacpp_build=b10133"]),
     ("playbooks/promote.yml", ["-e", "specdec_promote_config=draft-n3", "-e", "specdec_promote_run=20261130T120000Z",
-                                "-e", "specdec_promote_force=true"]),  # past the WIN gate, to the lock
+                               "-e", "specdec_promote_force=true"]),  # past the WIN gate, to the lock
 ])
 def test_a_unit_an_ab_run_holds_is_refused_naming_the_holder(pb: str, extra: list, tmp_path: Path) -> None:
     state = tmp_path / "state"

@@ -1,0 +1,82 @@
+# Prints `make test`'s stage table (the rows tests/suite/stage.sh wrote) and fails when a stage failed.
+"""Usage: python3 stage_table.py TABLE.tsv
+
+TABLE.tsv holds one row per stage, ``name<TAB>start<TAB>seconds<TAB>result``, ``start`` being seconds after the
+suite started and ``result`` ``ok`` or ``FAILED (exit N)``. A stage run inside another is named ``PARENT/NAME``
+and printed indented under its parent; stages that ran side by side share their start. Exits 1 when a stage did
+not pass or the table is empty, so `make test` fails after printing the whole table. Standard library only: it
+runs with the system python3 even when the suite failed before the venv existed.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Stage(NamedTuple):
+    name: str
+    start: int
+    seconds: int
+    result: str
+
+
+def read_stages(path: Path) -> list[Stage]:
+    """The table's rows, in the order they were written (a stage's row is written when it ends)."""
+    stages = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 4:
+            raise SystemExit(f"{path}:{number}: expected name, start, seconds, result (tab-separated): {line!r}")
+        name, start, seconds, result = fields
+        stages.append(Stage(name, int(start), int(seconds), result))
+    return stages
+
+
+def ordered(stages: list[Stage]) -> list[Stage]:
+    """Parents before their children, each level by start time (then by name, for stages started together)."""
+    def key(stage: Stage) -> tuple:
+        parts = stage.name.split("/")
+        path = []
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            own = next((s for s in stages if s.name == prefix), None)
+            path.append((own.start if own else stage.start, prefix))
+        return tuple(path)
+    return sorted(stages, key=key)
+
+
+def render(stages: list[Stage]) -> list[str]:
+    rows = [(("  " * s.name.count("/")) + s.name.rsplit("/", 1)[-1], str(s.start), str(s.seconds), s.result)
+            for s in ordered(stages)]
+    head = ("stage", "start", "seconds", "result")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    out = ["make test, stage by stage (start: seconds after the suite began; an indented stage ran inside the one "
+           "above it; stages with the same start ran side by side)"]
+    for row in [head, *rows]:
+        out.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
+    top = [s for s in stages if "/" not in s.name] or stages  # a lane cut short leaves only its scenarios' rows
+    wall = max(s.start + s.seconds for s in top) - min(s.start for s in top)
+    failed = [s.name for s in stages if s.result != "ok"]
+    out.append(f"total: {wall} s ({wall / 60:.1f} minutes); "
+               + (f"{len(failed)} failed: {', '.join(failed)}" if failed else "every stage passed"))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    path = Path(argv[1])
+    stages = read_stages(path) if path.exists() else []
+    if not stages:
+        print(f"make test: no stage recorded in {path} (the suite stopped before its first stage ended)")
+        return 1
+    print("\n".join(render(stages)))
+    return 0 if all(s.result == "ok" for s in stages) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,69 @@
+"""make test's stage table: tests/suite/stage.sh writes the rows, tests/suite/stage_table.py prints them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGE = ROOT / "tests" / "suite" / "stage.sh"
+TABLE = ROOT / "tests" / "suite" / "stage_table.py"
+
+
+def stage(tsv: Path, name: str, *command: str, parent: str | None = None) -> int:
+    env = dict(os.environ, SPECDEC_STAGES=str(tsv), SPECDEC_STAGES_T0="0")
+    env.pop("SPECDEC_STAGE_PARENT", None)
+    if parent:
+        env["SPECDEC_STAGE_PARENT"] = parent
+    return subprocess.run([str(STAGE), name, *command], env=env, check=False).returncode
+
+
+def table(tsv: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TABLE), str(tsv)], capture_output=True, text=True, check=False)
+
+
+def test_nested_stages_are_indented_under_their_lane_and_a_failure_fails_the_table(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    assert stage(tsv, "prepare", "true") == 0
+    # a lane whose scenarios run through stage.sh themselves: they are named lane/scenario
+    lane = f"{STAGE} default true; {STAGE} failures sh -c 'exit 3'; exit 0"
+    assert stage(tsv, "molecule light A", "bash", "-c", lane) == 0
+    rows = [line.split("\t") for line in tsv.read_text().splitlines()]
+    assert [r[0] for r in rows] == ["prepare", "molecule light A/default", "molecule light A/failures",
+                                    "molecule light A"]
+    assert rows[2][3] == "FAILED (exit 3)" and rows[3][3] == "ok"
+    assert all(int(r[1]) > 1_000_000_000 for r in rows)  # seconds after a T0 of 0
+
+    printed = table(tsv)
+    assert printed.returncode == 1
+    lines = printed.stdout.splitlines()
+    names = [line.split("  ")[0] or "  " + line.split()[0] for line in lines[2:-1]]
+    assert sorted(names) == sorted(["prepare", "molecule light A", "  default", "  failures"])
+    lane = names.index("molecule light A")
+    assert names[lane + 1:lane + 3] == ["  default", "  failures"]  # the lane's scenarios, indented, under it
+    assert lines[-1].endswith("1 failed: molecule light A/failures")
+
+
+def test_all_passed_exits_0_and_an_empty_table_fails(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    assert stage(tsv, "lint", "true") == 0
+    assert table(tsv).returncode == 0
+    assert "every stage passed" in table(tsv).stdout
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    assert table(empty).returncode == 1
+
+
+def test_a_name_with_a_slash_is_refused(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    assert stage(tsv, "a/b", "true") == 2
+    assert not tsv.exists()
+
+
+def test_rows_of_scenarios_without_their_lane_still_print(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    tsv.write_text("lane/ab\t10\t80\tFAILED (exit 2)\nlane/abfaults\t90\t400\tok\n")
+    printed = table(tsv)
+    assert printed.returncode == 1
+    assert printed.stdout.splitlines()[-1] == "total: 480 s (8.0 minutes); 1 failed: lane/ab"
