@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _load
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration
@@ -105,3 +106,19 @@ def test_requests_beside_a_neighbour_are_sent_again_once_it_is_done(server: Llam
     # every kept request ran alone: the slowdown beside the neighbour is not in them
     kept = {(r["shape"], r["prompt_index"]) for r in b["requests"]}
     assert kept == {("prose", 0), ("prose", 1), ("identity", 0), ("identity", 1)}
+
+
+def test_load_bursts_beside_a_neighbour_are_marked_and_left_out_of_the_rates(server: LlamaServer) -> None:
+    params = {"endpoint": server.url, "api": "llamacpp", "shapes": ["identity"], "prompts_per_shape": 2, "repeats": 1,
+              "warmup": 0, "sizes": SIZES, "seed": 0, "busy_check": True, "timeout": 60}
+    quiet = ep.run_bench(server.url, **{**BENCH, "shapes": ["identity"], "warmup": 0})
+    measured = _load.measured_prompts(params, None)
+    load = _load.bench_under_load(quiet, params, measured, 2, 2)
+    assert load["busy"] == {"bursts": 2, "contaminated_bursts": 0}
+    assert all(b["aggregate_tok_s"] for b in load["bursts"])
+    with Neighbour(server.url):
+        wait_busy(server.url)
+        busy = _load.bench_under_load(dict(quiet), params, measured, 2, 2)
+    assert busy["busy"] == {"bursts": 2, "contaminated_bursts": 2}
+    assert all(b["aggregate_tok_s"] is None and b["contaminated"] for b in busy["bursts"])
+    assert all(s["contaminated"] for s in busy["streams"])
