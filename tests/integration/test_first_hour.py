@@ -87,7 +87,7 @@ def test_the_example_inventory_parses_with_its_families_and_vault(home: Path) ->
     box = hostvars[GUIDE_HOST]
     assert box["ansible_host"] == "192.0.2.11" and box["ansible_become_password"] == "{{ vault_become_password }}"
     assert box["vault_become_password"] == "change-me"  # decrypted from the vault made in step 2
-    assert [c["name"] for c in box["specdec_configs"]][0] == "baseline"
+    assert box["specdec_configs"][0]["name"] == "baseline"
 
 
 def test_every_playbook_command_is_accepted(home: Path) -> None:
