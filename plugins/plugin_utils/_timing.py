@@ -51,6 +51,11 @@ class TimingError(SpecdecError):
     """The plan cannot be sized: an input is not what it must be."""
 
 
+def _given(value: Any) -> Any:
+    """None for a setting left at its default (0, "0", "", null: measure it), else the value."""
+    return None if value is None or str(value).strip() in ("", "0", "0.0", "None") else value
+
+
 def _positive(name: str, value: Any, allow_none: bool = True) -> Optional[float]:
     if value is None or value == "":
         if allow_none:
@@ -181,7 +186,7 @@ def plan_timing(configs: Sequence[str], baseline: str, schedule: Sequence[Mappin
     notes: List[str] = []
 
     # ---- the box: load, stop, rates
-    given_load = _positive("spec_ab_load_seconds", load_s)
+    given_load = _positive("spec_ab_load_seconds", _given(load_s))
     journal_load = _positive("the journal's load time", start.get("load_s")) if start.get("load_s") else None
     if given_load is not None:
         base_load, load_source = given_load, "spec_ab_load_seconds (inventory)"
@@ -197,7 +202,7 @@ def plan_timing(configs: Sequence[str], baseline: str, schedule: Sequence[Mappin
     stop_source = "the unit's last stop (systemd)" if stop_s is not None else f"assumed {FALLBACK_STOP_S:.0f} s"
     stop_s = stop_s if stop_s is not None else FALLBACK_STOP_S
 
-    given_rate = _positive("spec_ab_decode_rate", decode_rate)
+    given_rate = _positive("spec_ab_decode_rate", _given(decode_rate))
     probe = dict(probe or {})
     probe_rate = probe.get("predicted_per_second")
     probe_rate = float(probe_rate) if isinstance(probe_rate, (int, float)) and not isinstance(probe_rate, bool) \

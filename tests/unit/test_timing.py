@@ -154,3 +154,9 @@ def test_busy_counts_per_config() -> None:
 
 def test_minutes_are_readable() -> None:
     assert _timing._minutes(45) == "45 s" and _timing._minutes(600) == "10.0 min"
+
+
+@pytest.mark.parametrize("unset", [0, "0", "", None])
+def test_zero_means_read_the_box(unset: object) -> None:
+    p = plan(load_s=unset, decode_rate=unset)
+    assert p["box"]["load_source"].startswith("the journal") and p["box"]["rate_source"].startswith("one request")
