@@ -37,6 +37,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import
     PER_POSITION_KEY,
     parse_spec_counters,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._busy import BusyWatch
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import TOTAL_GRACE, HttpError, redact_url
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request as http_request
@@ -541,13 +542,18 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
               validate_certs: bool = True, engine: str = "auto", model: str | None = None,
               api_key: str | None = None, reuse_prompts: bool = False,
               total_timeout: float | None = None, client: Endpoint | None = None,
-              custom: Mapping[str, Any] | None = None, verify_k: Any = None) -> dict[str, Any]:
+              custom: Mapping[str, Any] | None = None, verify_k: Any = None, busy_check: bool = False,
+              busy_retries: int = 2, busy_wait: float = 30.0) -> dict[str, Any]:
     """Measures ONE running server config: warm-up, then shapes x prompts x repeats (see
     :func:`plan_requests`), with /metrics read between requests. Returns the bench dict of the
     measurement contract. Changes nothing on the server but its counters and caches.
 
     ``verify_k``: draft depths K whose verification cost is timed on this server after the measured requests
     (a batch of K + 1 tokens on a cached prefix, :func:`measure_batches`), kept as the bench's ``verify``.
+
+    ``busy_check``: around every measured request, did another client use the server (``_busy.BusyWatch``)? Such a
+    request is set aside in ``contaminated`` and sent again once the server is idle, ``busy_retries`` times at most
+    (waiting up to ``busy_wait`` seconds for idle each time); one still contaminated is excluded. ``busy`` counts.
 
     A reply whose numbers cannot be measurements (NaN, infinite or negative) is set aside in
     ``rejected`` with the reason and the bench goes on; any other failure once measuring began raises
@@ -585,8 +591,12 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
         notes.append("vLLM exports no spec_decode counters: no speculative config on this server.")
     requests: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
+    contaminated: list[dict[str, Any]] = []
+    watch = BusyWatch(client, server["engine"], retries=busy_retries, idle_wait_s=busy_wait).start() \
+        if busy_check else None
 
     def document(total: dict[str, Any] | None) -> dict[str, Any]:
+        busy = {"contaminated": contaminated, "busy": watch.summary()} if watch is not None else {}
         return {
             "schema": BENCH_SCHEMA,
             "endpoint": client.shown_url,
@@ -597,14 +607,18 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
             "requests": requests,
             "rejected": rejected,
             "metrics_total_delta": total,
-            "notes": notes,
+            "notes": notes + (watch.notes if watch is not None else []),
             "elapsed_s": round(time.perf_counter() - started, 3),
+            **busy,
         }
 
-    for repeat, prompt in schedule:
+    queue = [(repeat, prompt, 0) for repeat, prompt in schedule]
+    while queue:
+        repeat, prompt, attempt = queue.pop(0)
         record: dict[str, Any] = {"shape": prompt.shape, "prompt_index": prompt.index, "repeat": repeat,
                                   "prompt_sha256": prompt.sha256}
         try:
+            seen_before = watch.reading() if watch is not None else None
             try:
                 record.update(client.complete(prompt, api, server["engine"], model))
                 reason = None
@@ -617,6 +631,20 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
                 before = after
             else:
                 record["metrics_delta"] = None
+            busy_reason = watch.verdict(seen_before, watch.reading(), record.get("predicted_n")) \
+                if watch is not None and seen_before is not None and reason is None else None
+            if busy_reason is not None:
+                excluded = attempt >= watch.retries
+                kept = {key: record.get(key) for key in ("shape", "prompt_index", "repeat", "prompt_sha256",
+                                                         "predicted_per_second", "wall_s")}
+                contaminated.append({**kept, "attempt": attempt, "reason": busy_reason, "excluded": excluded})
+                if excluded:
+                    watch.counts["excluded"] += 1
+                else:
+                    watch.counts["repeated"] += 1
+                    watch.wait_idle()
+                    queue.insert(0, (repeat, prompt, attempt + 1))
+                continue
         except Exception as exc:  # whatever broke, the requests measured so far are kept
             cause = exc if isinstance(exc, SpecdecError) else EndpointError(
                 f"{client.shown_url}: unexpected {type(exc).__name__} while measuring: {exc}")
@@ -629,6 +657,10 @@ def run_bench(endpoint: str = "http://127.0.0.1:8080", api: str = "llamacpp", sh
                                                              "metrics_delta")}, "reason": reason})
             continue
         requests.append(record)
+    if watch is not None and watch.counts["contaminated"]:
+        notes.append(f"{watch.counts['contaminated']} measured request(s) ran beside other clients' requests (see "
+                     f"contaminated): {watch.counts['repeated']} sent again once the server was idle, "
+                     f"{watch.counts['excluded']} excluded after {watch.retries} repeat(s)")
     if rejected:
         notes.append(f"{len(rejected)} of {len(schedule)} measured replies were rejected (see rejected) and are "
                      "not in requests: their numbers were not measurements (NaN, infinite or negative); "

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._busy import BusyWatch
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._loadgate import FAILED, gate
@@ -116,10 +117,13 @@ def burst_summary(shape: str, burst: int, streams: list[dict[str, Any]]) -> dict
 
 def run_load(make_client: Callable[[], Any], server: Mapping[str, Any], api: str, model: str | None,
              measured: Mapping[str, list[Prompt]], requests: list[Mapping[str, Any]], concurrency: int,
-             bursts: int = 3, source: str = "given", server_slots: int | None = None) -> dict[str, Any]:
+             bursts: int = 3, source: str = "given", server_slots: int | None = None,
+             watch: Any = None) -> dict[str, Any]:
     """The bench's ``load`` entry: every shape's bursts, their streams, and the gate's verdict.
 
-    ``requests``: the single-stream bench's requests, whose texts are the references of the gate.
+    ``requests``: the single-stream bench's requests, whose texts are the references of the gate. ``watch``: a
+    started ``_busy.BusyWatch``; a burst that ran beside another client's requests is marked ``contaminated`` (its
+    aggregate rate left out, its streams marked so the judge leaves their rates out) and counted in ``busy``.
     """
     if isinstance(bursts, bool) or not isinstance(bursts, int) or bursts < 1:
         raise LoadError(f"load_bursts: expected a whole number >= 1, got {bursts!r}")
@@ -132,12 +136,22 @@ def run_load(make_client: Callable[[], Any], server: Mapping[str, Any], api: str
     streams: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
     health_after = None
+    contaminated = 0
     for shape, burst, prompts in plan_streams(measured, concurrency, bursts):
+        before = watch.reading() if watch is not None else None
         records = _burst(make_client, prompts, api, engine, model, origin)
+        summary = burst_summary(shape, burst, records)
+        reason = watch.verdict(before, watch.reading(), summary["tokens"]) \
+            if watch is not None and not summary["failed_streams"] else None
+        if reason is not None:
+            contaminated += 1
+            summary.update(contaminated=reason, aggregate_tok_s=None)
         for i, (rec, prompt) in enumerate(zip(records, prompts)):
             rec.update(shape=shape, burst=burst, stream=i, prompt_index=prompt.index, prompt_sha256=prompt.sha256)
+            if reason is not None:
+                rec["contaminated"] = reason
             streams.append(rec)
-        summaries.append(burst_summary(shape, burst, records))
+        summaries.append(summary)
         if any(r.get("error") for r in records):
             try:
                 make_client().health()
@@ -152,6 +166,11 @@ def run_load(make_client: Callable[[], Any], server: Mapping[str, Any], api: str
         "streams": streams, "bursts": summaries, "health_after_failure": health_after,
         "elapsed_s": round(time.perf_counter() - origin, 3), "notes": notes,
     }
+    if watch is not None:
+        load["busy"] = {"bursts": len(summaries), "contaminated_bursts": contaminated}
+        if contaminated:
+            notes.append(f"{contaminated} of {len(summaries)} bursts ran beside other clients' requests: their rates "
+                         "are left out (contaminated)")
     load["gate"] = gate(load, requests)
     return load
 
@@ -188,7 +207,9 @@ def bench_under_load(bench: dict[str, Any], params: Mapping[str, Any], measured:
                         total_timeout=params.get("total_timeout"))
 
     model = params.get("model") or bench["server"].get("model")
+    watch = BusyWatch(make_client(), bench["server"].get("engine") or "llamacpp").start() \
+        if params.get("busy_check") else None
     load = run_load(make_client, bench["server"], bench["api"], model, measured, bench["requests"], streams,
-                    bursts, source, slots)
+                    bursts, source, slots, watch)
     bench["load"] = load
     return load

@@ -177,7 +177,8 @@ def _samples(entries: Iterable[Mapping[str, Any]], shape: str) -> tuple[dict[tup
                 agg[(e.get("round", 0), b.get("burst", 0), 0)] = float(rate)
         for s in load.get("streams") or []:
             rate = s.get("predicted_per_second")
-            if s.get("shape") == shape and not s.get("error") and isinstance(rate, (int, float)) and rate > 0:
+            if s.get("shape") == shape and not s.get("error") and not s.get("contaminated") \
+                    and isinstance(rate, (int, float)) and rate > 0:
                 per[(e.get("round", 0), s.get("burst", 0), s.get("stream", 0))] = float(rate)
     return agg, per
 

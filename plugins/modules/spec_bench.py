@@ -166,6 +166,29 @@ options:
     type: list
     elements: int
     default: []
+  busy_check:
+    description:
+      - Around every measured request, check that no other client used the server - llama-server's C(/slots)
+        (a slot C(is_processing)) or C(llamacpp:requests_processing), vLLM's C(vllm:num_requests_running) and
+        C(vllm:num_requests_waiting), read before and after; and the generated-token counter
+        (C(llamacpp:tokens_predicted_total), C(vllm:generation_tokens_total)) grown by the request's own tokens
+        alone. A production server keeps serving its users while a candidate is measured.
+      - A request that ran beside another client's is set aside in RV(bench)'s C(contaminated) and sent again once
+        the server is idle, O(busy_retries) times at most; one still contaminated then is excluded from
+        C(requests). RV(bench)'s C(busy) counts them.
+    type: bool
+    default: true
+    version_added: 0.2.0
+  busy_retries:
+    description: How often a contaminated request is sent again before it is excluded.
+    type: int
+    default: 2
+    version_added: 0.2.0
+  busy_wait:
+    description: Seconds to wait for the server to be idle before a contaminated request is sent again.
+    type: int
+    default: 30
+    version_added: 0.2.0
   api_key:
     description:
       - Bearer token for a server started with an API key.
@@ -280,6 +303,21 @@ bench:
            used_reasoning_content: false, predicted_n: 160, prompt_n: 606, predicted_per_second: 1837.2,
            rate_source: timings.predicted_per_second, draft_n: 123, draft_n_accepted: 117, wall_s: 0.09,
            metrics_delta: {drafts: 41, draft_tokens: 123, accepted_tokens: 117, accepted_per_pos: [40, 39, 38]}}
+    contaminated:
+      description:
+        - With O(busy_check), every measured request that ran beside another client's request - C(shape),
+          C(prompt_index), C(repeat), C(prompt_sha256), C(predicted_per_second), C(wall_s), C(attempt) (0 for the
+          first send), C(reason), and C(excluded) (true for the last attempt, left out of C(requests)).
+      type: list
+      elements: dict
+      sample:
+        - {shape: prose, prompt_index: 0, repeat: 0, attempt: 0, excluded: false,
+           reason: "1 other request(s) in flight when it was sent"}
+    busy:
+      description:
+        - With O(busy_check), how the server was read (C(mode) V(slots), V(metrics) or null when it says nothing,
+          C(token_counter)), and the counts C(checked), C(contaminated), C(repeated), C(excluded).
+      type: dict
     rejected:
       description:
         - Measured requests whose reply carried a NaN, infinite or negative rate or count (or more accepted
@@ -344,6 +382,9 @@ ARGUMENT_SPEC = dict(
     concurrency=dict(type="int", default=1),
     load_bursts=dict(type="int", default=3),
     verify_k=dict(type="list", elements="int", default=[]),
+    busy_check=dict(type="bool", default=True),
+    busy_retries=dict(type="int", default=2),
+    busy_wait=dict(type="int", default=30),
     # content holds the operator's prompts: never logged (only that leaf is masked, not the shape names)
     traffic=dict(type="list", elements="dict", default=[], options=dict(
         name=dict(type="str", required=True), content=dict(type="str", required=True, no_log=True),

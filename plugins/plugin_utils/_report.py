@@ -185,6 +185,9 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     _section(out, "Confirmatory verdict", _confirmatory(j))
     _section(out, "Verdicts per shape (exploratory)", _overview(j))
     _section(out, "Status", _status_section(j))
+    box = _box_lines(document.get("environment") or {})
+    if box:
+        _section(out, "Time and live traffic", box)
     for shape in j["shapes"]:
         _section(out, f"Shape: {shape}", _shape_table(j, shape))
     judging = _quality.markdown_lines(j)
@@ -205,6 +208,31 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     out += ["", "## Environment", "", "```json",
             json.dumps(document.get("environment") or {}, indent=2, sort_keys=True, default=str), "```", ""]
     return "\n".join(out)
+
+
+def _box_lines(env: Mapping[str, Any]) -> list[str]:
+    """The run's time plan against what the starts took, and the requests measured beside other clients'."""
+    lines: list[str] = []
+    timing = env.get("timing") if isinstance(env.get("timing"), Mapping) else {}
+    if timing:
+        lines.append(f"- Planned: {timing.get('restarts')} restarts, about {float(timing.get('total_s') or 0) / 60:.1f} "
+                     f"min, candidates serving about {float(timing.get('candidate_s') or 0) / 60:.1f} min; health "
+                     f"timeout {timing.get('health_timeout')} s ({timing.get('health_timeout_source')}).")
+        for name, row in (timing.get("configs") or {}).items():
+            seen = row.get("starts_seen_s") or []
+            lines.append(f"- {name}: planned load {row.get('load_s')} s ({row.get('load_source')}), measuring "
+                         f"{row.get('measure_s')} s; starts seen: {', '.join(f'{s:g} s' for s in seen) or 'none'}")
+    live = env.get("live_traffic") if isinstance(env.get("live_traffic"), Mapping) else {}
+    total = live.get("total") if isinstance(live.get("total"), Mapping) else {}
+    if live:
+        lines.append(f"- Live traffic: {'drained' if live.get('drained') else 'not drained'}; "
+                     f"{total.get('contaminated', 0)} of {total.get('checked', 0)} measured requests ran beside other "
+                     f"clients' requests ({total.get('repeated', 0)} sent again, {total.get('excluded', 0)} excluded)"
+                     + (f"; not checkable on: {', '.join(live['unchecked'])}" if live.get("unchecked") else "") + ".")
+        for name, row in (live.get("configs") or {}).items():
+            if row.get("contaminated"):
+                lines.append(f"  - {name}: {row['contaminated']} contaminated, {row.get('excluded', 0)} excluded")
+    return lines
 
 
 def _section(out: list[str], title: str, lines: list[str]) -> None:
