@@ -52,7 +52,7 @@ def test_one_aa_run_of_the_tiny_bed_is_measured_on_the_roles_schedule_and_judged
         measured = [(r["shape"], r["prompt_index"]) for r in entry["bench"]["requests"]]
         assert sorted(measured) == sorted((s, p) for s in bed["shapes"] for p in range(2)), entry["config"]
         assert all(r.get("predicted_per_second") for r in entry["bench"]["requests"])
-    assert [e["server_config"] for e in entries if e["config"] == "twin1"][0] == {"SPECDEC_TWIN": "1"}
+    assert next(e["server_config"] for e in entries if e["config"] == "twin1") == {"SPECDEC_TWIN": "1"}
 
     first = calibration.judge_runs([run])
     assert first["runs"] == 1 and first["starts"] == len(entries)
