@@ -144,7 +144,7 @@ test-integration: venv collection llama-server vllm-testbed
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
 MOLECULE_AB_LANE_A ?= vllm fleet watch
-MOLECULE_AB_LANE_B ?= ab abfaults
+MOLECULE_AB_LANE_B ?= ab abfaults units
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
 stage := tests/suite/stage.sh
