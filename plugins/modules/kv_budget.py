@@ -21,7 +21,8 @@ description:
   - Places every layer, and its KV, on the devices the flags name (O(device), O(draft_device),
     O(tensor_split), O(n_gpu_layers)) the way llama.cpp assigns whole layers, then compares each device
     against its memory from O(devices). Weights count too when the facts carry the tensor list.
-  - When a device overflows, proposes the fixes in the field notes' order, each with the resulting
+  - When a device overflows, proposes the fixes in the order docs/speculative-decoding.md in the collection
+    gives, each with the resulting
     per-device numbers - a skewed O(tensor_split) first, then the drafter on another device, then a
     quantized draft cache, and only then a context cut (the largest context that fits).
   - Reports configurations llama.cpp refuses to load (a quantized V cache without flash attention,
@@ -252,7 +253,8 @@ notes:
     C(KV buffer size) that llama-server prints equals the sum here.
   - Not counted - compute buffers (keep O(headroom_bytes) for them), the recurrent state of hybrid
     models (per slot, not per position), MLA caches, and weights when the facts have no tensor list.
-  - The field notes' numbers come out as computed here. A DSpark-like drafter (5 layers, 8 KV heads
+  - The numbers of docs/speculative-decoding.md in the collection come out as computed here.
+    A DSpark-like drafter (5 layers, 8 KV heads
     of 128, no window) costs 20 KiB per position, 5.0 GiB at 262144. A DFlash drafter with a 2048
     window holds 2048 positions per sequence, 40 MiB, plus one micro-batch padded to 256 cells
     (2560 cells, 50 MiB at one slot).
@@ -279,7 +281,7 @@ EXAMPLES = r"""
     devices: "{{ gpus.gpu_info.devices }}"
   register: budget
 
-- name: Stop with the fixes, in the field notes' order
+- name: Stop with the fixes, in their order (see docs/speculative-decoding.md in the collection)
   ansible.builtin.assert:
     that: budget.kv_budget.fits
     fail_msg: "{{ budget.kv_budget.summary | join('\n') }}"
@@ -339,7 +341,8 @@ kv_budget:
       elements: str
     fixes:
       description:
-        - When a device overflows, the fixes in the field notes' order, each applied alone to the given
+        - When a device overflows, the fixes in their order (see docs/speculative-decoding.md in the collection),
+          each applied alone to the given
           config - C(fix) (C(tensor_split), C(draft_device), C(draft_cache_type), C(ctx_size)),
           C(flags), C(change), C(resolves), C(summary), and the resulting C(devices) rows.
       type: list

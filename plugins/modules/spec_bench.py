@@ -10,7 +10,8 @@ module: spec_bench
 short_description: Measure one running speculative-decoding config with the four traffic shapes
 version_added: 0.1.0
 description:
-  - Sends the field notes' traffic shapes to the server at O(endpoint) and records, for every request,
+  - Sends the A/B protocol's traffic shapes (see docs/speculative-decoding.md in the collection) to the server
+    at O(endpoint) and records, for every request,
     decode tok/s, predicted tokens, C(draft_n), C(draft_n_accepted), the text, and the deltas of the
     server's speculation counters in C(/metrics) around the request (per draft position where exposed).
   - "The shapes: C(prose) (filler of about 1k tokens + reply with one sentence; only model-backed

@@ -10,7 +10,8 @@ module: spec_breakeven
 short_description: Compute whether a speculative-decoding drafter can beat the incumbent, before deploying it
 version_added: 0.1.0
 description:
-  - Applies the field notes' arithmetic. One round costs O(d_s) per drafter pass plus
+  - Applies the break-even arithmetic of docs/speculative-decoding.md in the collection.
+    One round costs O(d_s) per drafter pass plus
     V(1.1) times O(t_s) for verifying K+1 tokens in one target pass; a round commits
     A = (1 - p^(K+1)) / (1 - p) tokens on average; the drafter's rate is A / round time.
   - Solves exactly (bisection) for the break-even acceptance p at each depth in O(ks) against the
@@ -57,7 +58,8 @@ options:
     elements: int
     default: [1, 3, 7]
   band:
-    description: Acceptance probabilities of the realistic band (the field notes' honest 40-60 %).
+    description: Acceptance probabilities of the realistic band (the honest 40-60 % for a matched pair;
+      see docs/speculative-decoding.md in the collection).
     type: list
     elements: float
     default: [0.4, 0.5, 0.6]
@@ -93,8 +95,8 @@ extends_documentation_fragment:
   - llmfleet.specdec.attributes
   - llmfleet.specdec.attributes.read_only
 notes:
-  - By this arithmetic the field notes' worked example (t_s 67 ms, d_s 12 ms, incumbent
-    25 tok/s) breaks even near p = 0.75 at K = 3, not the 0.70 the notes quote. The module computes;
+  - By this arithmetic the worked example of docs/speculative-decoding.md in the collection (t_s 67 ms, d_s 12 ms,
+    incumbent 25 tok/s) breaks even near p = 0.75 at K = 3, not the 0.70 sometimes quoted for it. The module computes;
     it does not copy.
   - The counters behind step 0 run from server start; for a clean number read them on a server
     that has served the traffic you care about.
@@ -105,7 +107,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Worked example from the field notes, against a 25 tok/s incumbent
+- name: The worked example of docs/speculative-decoding.md, against a 25 tok/s incumbent
   llmfleet.specdec.spec_breakeven:
     t_s: 67
     d_s: 12
@@ -113,7 +115,7 @@ EXAMPLES = r"""
     drafter: draft-simple
   register: be
 
-- name: Show the report in the field notes' order
+- name: Show the report, in its order
   ansible.builtin.debug:
     var: be.breakeven.summary
 
@@ -133,7 +135,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 breakeven:
-  description: The report, in the field notes' order.
+  description: The report, in this order - does the target already draft, break-even p at each K, the realistic
+    band, the drafter's class (docs/speculative-decoding.md in the collection explains each).
   returned: success
   type: dict
   contains:

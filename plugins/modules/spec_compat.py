@@ -106,7 +106,8 @@ tokenizers_identical:
   type: bool
   sample: true
 tokens_sha256_2000_equal:
-  description: Whether the first 2000 token strings are identical (the cheap check of the field notes).
+  description: Whether the first 2000 token strings are identical (the cheap check;
+    see docs/speculative-decoding.md in the collection).
   returned: success
   type: bool
 when_refused:

@@ -90,7 +90,7 @@ notes:
     a real llama-server built from it. Where the source leaves an outcome open (two drafters that both pass
     their constructors), spec_lint warns and does not guess.
   - vLLM cannot run in the collection's tests; its rules come from vLLM's C(vllm/config/speculative.py), the
-    pull request that added the legacy aliases, and the field notes.
+    pull request that added the legacy aliases, and the rules stated in docs/speculative-decoding.md in the collection.
 seealso:
   - module: llmfleet.specdec.spec_compat
   - module: llmfleet.specdec.gguf_info

@@ -1,7 +1,7 @@
 # The GPU path proven on a real GPU in one command (issue 26), and the same script on the CPU so that it cannot rot.
 """The GPU proof: build, models, gpu_info, KV prediction against the real allocation, a short A/B, one summary.
 
-``--backend cuda`` (on a machine with an NVIDIA GPU, nvcc, CMake and Python; see README "The GPU proof"):
+``--backend cuda`` (on a machine with an NVIDIA GPU, nvcc, CMake and Python; see docs/testing.md, "The GPU proof"):
 
 1. ``build``: llama-server built with CUDA for the device's compute capability only (``nvidia-smi
    --query-gpu=compute_cap``), with the cmake defines role ``llamacpp_build`` computes: its option mapping

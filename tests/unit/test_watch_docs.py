@@ -1,5 +1,5 @@
-"""The README's drift-watching section: its AWX schedule example uses options awx.awx accepts, and every
-specdec_watch_* variable it names is one playbooks/spec_watch.yml reads."""
+"""The operator guide's drift-watching section (docs/operating.md): its AWX schedule example uses options awx.awx
+accepts, and every specdec_watch_* variable it names is one playbooks/spec_watch.yml reads."""
 from __future__ import annotations
 
 import json
@@ -16,9 +16,10 @@ BIN = Path(sys.executable).parent
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "operating.md").read_text()
     start = text.index("## Watching for drift")
-    return text[start:text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def _env() -> dict[str, str]:
