@@ -67,7 +67,7 @@ REJECTION_METHODS = ("standard", "synthetic", "block")
 
 # Minimum vLLM version per method, only where a source states one.
 MIN_VERSION: dict[str, tuple[tuple[int, ...], str]] = {
-    "dflash": ((0, 20, 1), "field notes: 'vLLM v0.20.1+ has core DFlash support'"),
+    "dflash": ((0, 20, 1), "docs/speculative-decoding.md: DFlash needs vLLM 0.20.1 or later"),
 }
 # Where a method landed upstream but no release number is recorded.
 LANDED_UNRELEASED: dict[str, str] = {
@@ -335,8 +335,8 @@ def _cross_key_rules(config: Mapping[str, Any], method: str, n: int | None, erro
     if method == "mtp" and n is not None and n > 1:
         warnings.append(finding(
             "mtp-multi-step", f"num_speculative_tokens={n} with mtp: vLLM warns it 'will run multiple times of forward on "
-            f"same MTP layer, which may result in lower acceptance rate' ({SOURCE}); the field notes measure accepted "
-            "MTP lengths of 2-3", "sweep 1..3 and keep the measured winner"))
+            f"same MTP layer, which may result in lower acceptance rate' ({SOURCE}); field measurements (docs/speculative-decoding.md) put accepted "
+            "MTP lengths at 2-3", "sweep 1..3 and keep the measured winner"))
 
 
 def _synthetic_rules(config: Mapping[str, Any], rsm: str, n: int | None, errors: list, warnings: list) -> None:
@@ -379,14 +379,14 @@ def _backend_rules(method: str, config: Mapping[str, Any], global_backend: str |
             "dflash-attention-backend-auto",
             "DFlash drafts with non-causal attention; no attention backend is set, so vLLM picks one automatically "
             f"(SpeculativeConfig.attention_backend: 'DFlash needs a backend that supports non-causal attention', "
-            f"{SOURCE}); the field notes pin flash_attn",
+            f"{SOURCE}); field deployments (docs/speculative-decoding.md) pin flash_attn",
             "set \"attention_backend\": \"flash_attn\" in the speculative config (or --attention-backend flash_attn); "
             "on ROCm check that the flash_attn backend exists first"))
     elif draft_backend not in NONCAUSAL_BACKENDS:
         errors.append(finding(
             "dflash-causal-backend",
-            f"DFlash needs a non-causal attention backend for its draft and {draft_backend} is not one the field notes "
-            "or vLLM's docs name for it (flash_attn)",
+            f"DFlash needs a non-causal attention backend for its draft and {draft_backend} is not one field deployments "
+            "(docs/speculative-decoding.md) or vLLM's docs name for it (flash_attn)",
             "set \"attention_backend\": \"flash_attn\" in the speculative config"))
 
 
