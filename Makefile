@@ -186,7 +186,7 @@ test-integration-stage:
 stage-%:
 	@$(stage) $* $(MAKE) --no-print-directory $*
 
-# Soaks and sweeps keep their own targets (README, "Soaks and sweeps"); `make test` runs a seeded sample of each:
+# Soaks and sweeps keep their own targets (docs/testing.md, "Soaks and sweeps"); `make test` runs a seeded sample of each:
 # test-load (the load scenario), test-vocab-pairs (every vocabulary pair), fuzz (100,000 hostile headers),
 # benchmark-calibration (how often the verdicts are right), test-vllm-oracle (every vLLM start of the oracle).
 
@@ -336,7 +336,7 @@ benchmark-fleet: venv collection llama-server models
 benchmark-calibration: venv collection llama-server models win-models
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/calibration.py
 
-# The GPU proof (tests/gpu/, README "The GPU proof"): on a machine with an NVIDIA GPU, nvcc, CMake and Python,
+# The GPU proof (tests/gpu/, docs/testing.md "The GPU proof"): on a machine with an NVIDIA GPU, nvcc, CMake and Python,
 # llama-server built with CUDA for that GPU only, a 1.3B-parameter target and its one-layer draft, gpu_info on the
 # real nvidia-smi, kv_budget against the real CUDA allocation, a short A/B; summary.json and summary.md in $(OUT)
 # (or results/gpu-proof). It needs no venv and no network, only what `make gpu-proof-pack` put in .gpu-proof/.
