@@ -71,7 +71,10 @@ def ab_history_last(text: Any, what: str = "history.jsonl", unit: Any = None) ->
     """The run id of the last readable line of a history.jsonl text (of ``unit``'s runs when given: lines of
     other units are skipped, lines written before history was kept per unit count for every unit)."""
     run_id = None
-    want = _host_state.service_name(str(unit)) if unit else None
+    try:
+        want = _host_state.service_name(str(unit)) if unit else None
+    except SpecdecError as exc:
+        raise AnsibleFilterError(f"ab_history_last: {exc}") from None
     for line in str(text or "").splitlines():
         try:
             record = json.loads(line)

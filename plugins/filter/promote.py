@@ -24,7 +24,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 SCHEMA = "llmfleet.specdec/promotion/1"
 BEGIN = "# >>> llmfleet.specdec promotion (managed by playbooks/promote.yml; re-run it to change)"
@@ -82,8 +83,23 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
 
 
 def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
-                     promoted_at: str | None = None, accept_lossy: bool = False) -> dict[str, Any]:
-    """The promotion as data: what it sets and unsets, and why (the measured table)."""
+                     promoted_at: str | None = None, accept_lossy: bool = False, unit: Any = None) -> dict[str, Any]:
+    """The promotion as data: what it sets and unsets, and why (the measured table).
+
+    ``unit``: the unit the promotion changes; a run that measured another unit (its report's
+    ``environment.unit``) is refused, force or not: its numbers say nothing about this unit's server.
+    """
+    measured = (report.get("environment") or {}).get("unit") if isinstance(report, dict) else None
+    if unit and measured:
+        try:
+            same = _host_state.service_name(str(unit)) == _host_state.service_name(str(measured))
+        except SpecdecError as exc:
+            raise AnsibleFilterError(f"specdec_promote_unit: {exc}") from None
+        if not same:
+            raise AnsibleFilterError(
+                f"run {report.get('run_id')} measured unit {measured}, not {unit}: its winner is not promoted onto "
+                f"another unit (force or not). Name a run of {unit} with -e specdec_promote_run=<run id>, or set "
+                f"specdec_unit={measured} to promote onto the unit that was measured")
     configs = {c.get("name"): c for c in report.get("configs") or []}
     if winner not in configs:
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} is not a config of run {report.get('run_id')} "
@@ -175,10 +191,10 @@ def _without_block(lines: list[str]) -> list[str]:
 
 
 def promote_env(current: str, report: dict[str, Any], winner: str, force: bool = False,
-                accept_lossy: bool = False) -> str:
+                accept_lossy: bool = False, unit: Any = None) -> str:
     """The base env file's new text: the winner's variables set (null removes one), the rest kept, and one
     promotion block (replacing an earlier one) holding the measured table as the justification."""
-    record = promotion_record(report, winner, force, accept_lossy=accept_lossy)
+    record = promotion_record(report, winner, force, accept_lossy=accept_lossy, unit=unit)
     body = "\n".join(_without_block(current.split("\n")))
     taken = set(record["set"]) | set(record["unset"])
     # drop the assignments the promotion owns, whole (a quoted value may span lines)

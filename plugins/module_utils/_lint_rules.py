@@ -600,14 +600,16 @@ def _cost_stage(run: _Run, chain: list[str], config: Mapping[str, Any], target: 
         run.warnings.append(finding(
             "ngram-mod-short-match",
             f"--spec-ngram-mod-n-match {get('ngram_mod_n_match')}: common_speculative_impl_ngram_mod ({SPC}) "
-            f"warns below {NGRAM_MOD_MIN_MATCH} ('poor quality is possible'); field measurements (docs/speculative-decoding.md) saw a too-short "
-            "ngram window proposing on ordinary prose and losing (43.9 -> 36.0 tok/s)",
+            f"warns below {NGRAM_MOD_MIN_MATCH} ('poor quality is possible'); field measurements "
+            "(docs/speculative-decoding.md) saw a too-short ngram window proposing on ordinary prose and losing "
+            "(43.9 -> 36.0 tok/s)",
             f"keep n-match >= {NGRAM_MOD_MIN_MATCH} (default 24) and sweep the window in the A/B run"))
     if "draft-mtp" in chain and get("draft_n_max") > MTP_USEFUL_DEPTH:
         run.warnings.append(finding(
             "mtp-deep-draft",
-            f"draft-mtp with --spec-draft-n-max {get('draft_n_max')}: field measurements (docs/speculative-decoding.md) put accepted MTP draft "
-            f"lengths of 2-3 tokens, so positions past {MTP_USEFUL_DEPTH} are drafted and verified but rarely kept",
+            f"draft-mtp with --spec-draft-n-max {get('draft_n_max')}: field measurements "
+            "(docs/speculative-decoding.md) put accepted MTP draft lengths at 2-3 tokens, so positions past "
+            f"{MTP_USEFUL_DEPTH} are drafted and verified but rarely kept",
             "sweep --spec-draft-n-max 1..3 and keep the measured winner"))
     for t in ("draft-dflash", "draft-dspark"):
         if t in chain:
@@ -657,8 +659,8 @@ def _recurrent_rules(run: _Run, chain: list[str], config: Mapping[str, Any], tar
                 f"drafts up to that length; {', '.join(longer)} drafts up to "
                 f"{max(_impl_n_max(t, config, None) for t in longer)} tokens, and every longer draft takes the "
                 f"checkpoint path instead (use_ckpt_tgt in {SRV}: full-state copy, restore and replay on partial "
-                "acceptance). Field measurements (docs/speculative-decoding.md) saw draft-mtp,ngram-mod on the qwen35 hybrid losing on ALL traffic "
-                "shapes (2026-10-03) — measure chains per architecture",
+                "acceptance). Field measurements (docs/speculative-decoding.md) saw draft-mtp,ngram-mod on the "
+                "qwen35 hybrid losing on ALL traffic shapes (2026-10-03) — measure chains per architecture",
                 f"drop {', '.join(longer)} from the chain on this target, or cap its draft length at "
                 f"{n_rs} and A/B it"))
     else:
@@ -691,6 +693,6 @@ def _drafter_kv(run: _Run, chain: list[str], config: Mapping[str, Any], target: 
         "drafter-kv-full-window",
         "the draft context is built with cparams.n_ctx = llama_n_ctx(ctx_tgt) (common_speculative_init_result, "
         f"{SPC}) — no flag caps it — and this draft declares no sliding window, so it caches the whole target "
-        f"window on the --spec-draft-device{size}. A DSpark deployment was lost to this in the field (docs/speculative-decoding.md) (OOM at the "
-        "first draft graph after /health answered)",
+        f"window on the --spec-draft-device{size}. A DSpark deployment was lost to this in the field "
+        "(docs/speculative-decoding.md: OOM at the first draft graph after /health answered)",
         "size it with llmfleet.specdec.kv_budget; prefer a skewed -ts over a context cut when the full window matters"))

@@ -335,8 +335,8 @@ def _cross_key_rules(config: Mapping[str, Any], method: str, n: int | None, erro
     if method == "mtp" and n is not None and n > 1:
         warnings.append(finding(
             "mtp-multi-step", f"num_speculative_tokens={n} with mtp: vLLM warns it 'will run multiple times of forward on "
-            f"same MTP layer, which may result in lower acceptance rate' ({SOURCE}); field measurements (docs/speculative-decoding.md) put accepted "
-            "MTP lengths at 2-3", "sweep 1..3 and keep the measured winner"))
+            f"same MTP layer, which may result in lower acceptance rate' ({SOURCE}); field measurements "
+            "(docs/speculative-decoding.md) put accepted MTP lengths at 2-3", "sweep 1..3 and keep the measured winner"))
 
 
 def _synthetic_rules(config: Mapping[str, Any], rsm: str, n: int | None, errors: list, warnings: list) -> None:

@@ -150,3 +150,35 @@ def test_a_config_name_cannot_hide_the_assignment_below_its_comment() -> None:
     text = promote_env(CURRENT, report, "x\\")
     assert read_env_values(text)["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
     assert not any(line.startswith("#") and line.endswith("\\") for line in text.splitlines())
+
+
+def test_a_run_of_another_unit_is_never_promoted_onto_this_one() -> None:
+    measured = dict(REPORT, environment={"unit": "llama-big"})
+    # the same unit, named with or without .service: promoted
+    assert promotion_record(measured, "ngram-mod", unit="llama-big.service")["config"] == "ngram-mod"
+    assert promotion_record(measured, "ngram-mod", unit="llama-big")["config"] == "ngram-mod"
+    # another unit: refused, force or not, naming both and the fix
+    for force in (False, True):
+        with pytest.raises(AnsibleFilterError,
+                           match=r"measured unit llama-big, not llama-small: .*specdec_promote_run"):
+            promotion_record(measured, "ngram-mod", force=force, unit="llama-small")
+    # a report written before the unit was recorded: the history per unit chose it
+    assert promotion_record(REPORT, "ngram-mod", unit="llama-small")["config"] == "ngram-mod"
+    with pytest.raises(AnsibleFilterError, match=r"specdec_promote_unit: unit '\.\./x'"):
+        promotion_record(measured, "ngram-mod", unit="../x")
+
+
+def test_the_newest_run_is_the_newest_of_this_unit() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.filter.host_state import ab_history_last
+
+    history = "\n".join([
+        '{"run_id": "20261101T000000Z-aaaaaa"}',  # before history was kept per unit: counts for every unit
+        '{"run_id": "20261102T000000Z-bbbbbb", "unit": "llama-small.service"}',
+        '{"run_id": "20261103T000000Z-cccccc", "unit": "llama-big.service"}',
+    ])
+    assert ab_history_last(history, "h", "llama-small") == "20261102T000000Z-bbbbbb"
+    assert ab_history_last(history, "h", "llama-big") == "20261103T000000Z-cccccc"
+    assert ab_history_last(history, "h", "llama-other") == "20261101T000000Z-aaaaaa"
+    assert ab_history_last(history, "h") == "20261103T000000Z-cccccc"
+    with pytest.raises(AnsibleFilterError, match="ab_history_last: unit"):
+        ab_history_last(history, "h", "bad unit/../")
