@@ -260,7 +260,7 @@ seealso:
   - module: llmfleet.specdec.gguf_info
   - module: llmfleet.specdec.gpu_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -61,7 +61,7 @@ notes:
   - The version rules come from C(ggml/src/ggml-cuda/CMakeLists.txt), C(ggml/src/ggml-hip/CMakeLists.txt),
     C(ggml/src/ggml-vulkan/CMakeLists.txt) and C(docs/build.md) of the pinned llama.cpp tree.
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -51,7 +51,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

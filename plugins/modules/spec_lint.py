@@ -95,7 +95,7 @@ seealso:
   - module: llmfleet.specdec.spec_compat
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

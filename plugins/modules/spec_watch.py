@@ -108,7 +108,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_snapshot
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
