@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +168,52 @@ def test_spec_watch_still_takes_host_and_warns(tmp_path: Path, capsys: pytest.Ca
     out = run(spec_watch, capsys, {"unit": "llama-server", "state_dir": str(tmp_path), "host": "gpu-box-1"})
     assert out["changed"] is False and out["summary"].startswith("gpu-box-1: no promotion")
     assert any("host" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(out)), deprecated(out)
+
+
+# ------------------------------------------------------------------ the inventory's specdec_engine (was specdec_backend)
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+           ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"))
+RESOLVE = """
+- name: The roles' engine, as their defaults resolve it
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Load the roles' defaults
+      ansible.builtin.include_vars: {file: "%s"}
+      loop: %s
+    - name: Show them
+      ansible.builtin.debug:
+        msg: "ENGINES {{ spec_ab_engine }} {{ spec_preflight_engine }}"
+"""
+
+
+def _engines(tmp_path: Path, *extra: str) -> str:
+    files = [str(ROOT / "roles" / role / "defaults" / "main.yml") for role in ("spec_ab", "spec_preflight")]
+    playbook = tmp_path / "resolve.yml"
+    playbook.write_text(RESOLVE % ("{{ item }}", json.dumps(files)))
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
+    for e in extra:
+        argv += ["-e", e]
+    proc = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return re.search(r"ENGINES \w+ \w+", proc.stdout).group(0)
+
+
+def test_the_roles_read_specdec_engine_and_still_specdec_backend(tmp_path: Path) -> None:
+    assert _engines(tmp_path) == "ENGINES llamacpp llamacpp"
+    assert _engines(tmp_path, "specdec_engine=vllm") == "ENGINES vllm vllm"
+    assert _engines(tmp_path, "specdec_backend=vllm") == "ENGINES vllm vllm"  # the old name, still read
+    # both given: the new name wins; the preflight's own old name still wins over the inventory's
+    assert _engines(tmp_path, "specdec_engine=vllm", "specdec_backend=llamacpp") == "ENGINES vllm vllm"
+    assert _engines(tmp_path, "spec_preflight_backend=vllm") == "ENGINES llamacpp vllm"
+
+
+def test_a_bad_engine_fails_at_the_role_start_naming_the_variable(tmp_path: Path) -> None:
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-l",
+                           "specdec-demo", "-e", "specdec_engine=tgi"], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "spec_preflight_engine" in out and "tgi" in out and "llamacpp, vllm" in out
