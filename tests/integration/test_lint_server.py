@@ -175,7 +175,7 @@ def test_effective_chain_is_llama_cpps_order_not_the_cli_order(standard_models: 
 def test_draft_type_inference_with_no_spec_type_reads_the_mtp_header(standard_models: dict[str, Path]) -> None:
     # target-mtp.gguf carries blk.3.nextn.eh_proj.weight: as a draft, llama.cpp infers draft-mtp from it
     r = run_spec_lint({"engine": "llamacpp", "flags": ["-m", str(standard_models["target.gguf"]),
-                                                        "-md", str(standard_models["target-mtp.gguf"])]})
+                                                       "-md", str(standard_models["target-mtp.gguf"])]})
     assert r["config"]["spec_types"] == [] and r["outcome"] == "refuses"
     assert [f["code"] for f in r["errors"]] == ["mtp-arch-without-mtp-graph"]
 

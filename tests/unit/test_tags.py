@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -112,7 +113,13 @@ def test_spec_ab_measure_starts_candidates_with_the_restore_beside_them() -> Non
     assert all(runs_under(t, "measure") for t in SPEC_AB_TASKS if restores(t))
 
 
-def list_tasks(playbook: str, tag: str | None) -> list[tuple[str, str, set[str]]]:
+class Row(NamedTuple):
+    play: str
+    name: str
+    tags: set[str]
+
+
+def list_tasks(playbook: str, tag: str | None) -> list[Row]:
     """(play, task, tags) as ansible-playbook --list-tasks prints them for the demo inventory."""
     argv = [str(BIN / "ansible-playbook"), playbook, "-l", "specdec-demo", "--list-tasks"]
     proc = subprocess.run(argv + (["--tags", tag] if tag else []), cwd=ROOT, env=ENV, capture_output=True,
@@ -126,7 +133,7 @@ def list_tasks(playbook: str, tag: str | None) -> list[tuple[str, str, set[str]]
             continue
         found = re.match(r"\s{6}(?:[\w.]+ : )?(.*)\tTAGS: \[(.*)\]$", line)
         if found:
-            rows.append((play, found.group(1), {t.strip() for t in found.group(2).split(",") if t.strip()}))
+            rows.append(Row(play, found.group(1), {t.strip() for t in found.group(2).split(",") if t.strip()}))
     return rows
 
 
@@ -144,7 +151,7 @@ def test_the_changing_names_are_the_roles_own() -> None:
 @pytest.mark.parametrize("tag", ["preflight", "report"])
 def test_spec_ab_yml_lists_nothing_that_changes_a_unit_under(tag: str) -> None:
     listed = list_tasks("spec-ab.yml", tag)
-    names = {name for _, name, _ in listed}
+    names = {row.name for row in listed}
     assert not names & SPEC_AB_CHANGING, names & SPEC_AB_CHANGING
     # the host guard runs whatever the tags
     assert "Name the hosts to change (-l <host or group>, or -e specdec_target_hosts=<host or group>)" in names
@@ -152,11 +159,11 @@ def test_spec_ab_yml_lists_nothing_that_changes_a_unit_under(tag: str) -> None:
         assert "Preflight every config" in names
     else:
         assert "Preflight every config" not in names
-        assert any(play.startswith("One report across the hosts") for play, _, _ in listed)
+        assert any(row.play.startswith("One report across the hosts") for row in listed)
 
 
 def test_spec_ab_yml_measure_lists_the_measuring_and_the_report() -> None:
-    names = {name for _, name, _ in list_tasks("spec-ab.yml", "measure")}
+    names = {row.name for row in list_tasks("spec-ab.yml", "measure")}
     assert SPEC_AB_CHANGING <= names
     assert {"Preflight every config", "Judge and report"} <= names
 
@@ -164,14 +171,14 @@ def test_spec_ab_yml_measure_lists_the_measuring_and_the_report() -> None:
 @pytest.mark.parametrize("tag", ["preflight", "measure", "report"])
 def test_promote_yml_runs_nothing_of_the_promotion_under(tag: str) -> None:
     listed = list_tasks("playbooks/promote.yml", tag)
-    assert [name for play, name, _ in listed if play.startswith("Promote")] == []
+    assert [row.name for row in listed if row.play.startswith("Promote")] == []
     assert listed, "the host guard is listed"
 
 
 def test_promote_yml_is_all_or_nothing_under_promote() -> None:
     listed = list_tasks("playbooks/promote.yml", "promote")
     untagged = list_tasks("playbooks/promote.yml", None)
-    assert [n for _, n, _ in listed] == [n for _, n, _ in untagged]
+    assert [row.name for row in listed] == [row.name for row in untagged]
     # and in the file, every change of the unit has its restore and the lock's release in the same play
     play = yaml.safe_load((ROOT / "playbooks" / "promote.yml").read_text())[1]
     assert play["tags"] == ["promote"]
@@ -184,14 +191,16 @@ def walk_play(play: dict) -> list[dict]:
     return walk(ROOT / "playbooks" / "promote.yml", frozenset(_tags(play)), tasks=play["tasks"])
 
 
-@pytest.mark.parametrize("playbook, tag", [("playbooks/preflight.yml", "preflight"),
-                                          ("playbooks/fleet_report.yml", "report"),
-                                          ("playbooks/report_partial.yml", "report"),
-                                          ("playbooks/spec_watch.yml", "report")])
+@pytest.mark.parametrize("playbook, tag", [
+    ("playbooks/preflight.yml", "preflight"),
+    ("playbooks/fleet_report.yml", "report"),
+    ("playbooks/report_partial.yml", "report"),
+    ("playbooks/spec_watch.yml", "report"),
+])
 def test_the_operators_playbooks_carry_their_tag(playbook: str, tag: str) -> None:
     listed = list_tasks(playbook, tag)
-    assert len(listed) > 2 and all(tag in tags or "always" in tags for _, _, tags in listed)
-    assert [name for _, name, tags in list_tasks(playbook, "promote") if "always" not in tags] == []
+    assert len(listed) > 2 and all(tag in row.tags or "always" in row.tags for row in listed)
+    assert [row.name for row in list_tasks(playbook, "promote") if "always" not in row.tags] == []
 
 
 def test_spec_ab_preflight_tag_judges_and_leaves_the_host_as_it_was(tmp_path: Path) -> None:
