@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.common import warnings
-from ansible.module_utils.testing import patch_module_args
 from test_lint import LLAMA
 
 from ansible_collections.llmfleet.specdec.plugins.modules import (
@@ -28,13 +26,22 @@ TARGET = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 
           "hidden_size": 256, "torch_dtype": "bfloat16", "max_position_embeddings": 4096}
 
 
-def run(module: Any, capsys: pytest.CaptureFixture[str], args: dict[str, Any]) -> dict[str, Any]:
-    # Ansible keeps a module's warnings and deprecations in process-wide dicts; each run here starts with none
-    warnings._global_warnings.clear()
-    warnings._global_deprecations.clear()
-    with patch_module_args(args), pytest.raises(SystemExit):
-        module.main()
-    return json.loads(capsys.readouterr().out)
+# Each run is a fresh python: in a process that has loaded Ansible's controller side (other tests' filters and
+# playbooks), a module's deprecations go to the controller's display instead of its result.
+RUNNER = """
+import json, sys
+from importlib import import_module
+from ansible.module_utils.testing import patch_module_args
+with patch_module_args(json.loads(sys.argv[2])):
+    import_module(sys.argv[1]).main()
+"""
+
+
+def run(module: Any, args: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / ".build" / "collections"))
+    proc = subprocess.run([sys.executable, "-c", RUNNER, module.__name__, json.dumps(args)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    return json.loads(proc.stdout)
 
 
 def deprecated(out: dict[str, Any]) -> list[str]:
@@ -59,21 +66,21 @@ def vllm_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 LINT = {"flags": ["--spec-type", "ngram-mod"], "target": LLAMA}
 
 
-def test_spec_lint_takes_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(spec_lint, capsys, {"engine": "llamacpp", **LINT})
+def test_spec_lint_takes_engine() -> None:
+    out = run(spec_lint, {"engine": "llamacpp", **LINT})
     assert out.get("failed") is not True, out.get("msg")
     assert out["effective_chain"] == ["ngram-mod"] and deprecated(out) == []
 
 
-def test_spec_lint_still_takes_backend_and_warns(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(spec_lint, capsys, {"backend": "llamacpp", **LINT})
+def test_spec_lint_still_takes_backend_and_warns() -> None:
+    out = run(spec_lint, {"backend": "llamacpp", **LINT})
     assert out.get("failed") is not True, out.get("msg")
     assert out["effective_chain"] == ["ngram-mod"]
     assert any("backend" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(out)), deprecated(out)
 
 
-def test_spec_lint_refuses_an_engine_it_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(spec_lint, capsys, {"engine": "sglang", **LINT})
+def test_spec_lint_refuses_an_engine_it_does_not_know() -> None:
+    out = run(spec_lint, {"engine": "sglang", **LINT})
     assert out["failed"] is True and "engine" in out["msg"] and "sglang" in out["msg"]
     assert "llamacpp, vllm" in out["msg"]
 
@@ -81,41 +88,40 @@ def test_spec_lint_refuses_an_engine_it_does_not_know(capsys: pytest.CaptureFixt
 # ------------------------------------------------------------------ kv_budget: engine (was backend), platform
 
 
-def test_kv_budget_takes_engine_and_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kv_budget_takes_engine_and_backend(tmp_path: Path) -> None:
     env = vllm_env(tmp_path, VLLM_CPU_KVCACHE_SPACE="1")
-    new = run(kv_budget, capsys, {"engine": "vllm", "env": env})
-    old = run(kv_budget, capsys, {"backend": "vllm", "env": env})
+    new = run(kv_budget, {"engine": "vllm", "env": env})
+    old = run(kv_budget, {"backend": "vllm", "env": env})
     assert new.get("failed") is not True and old.get("failed") is not True, (new.get("msg"), old.get("msg"))
     assert new["kv_budget"]["engine"] == "vllm" and new["kv_budget"]["vllm"] == old["kv_budget"]["vllm"]
     assert deprecated(new) == []
     assert any("backend" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(old)), deprecated(old)
 
 
-def test_kv_budget_refuses_a_bad_engine_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(kv_budget, capsys, {"engine": "tgi", "target": {}})
+def test_kv_budget_refuses_a_bad_engine_naming_it() -> None:
+    out = run(kv_budget, {"engine": "tgi", "target": {}})
     assert out["failed"] is True and "engine" in out["msg"] and "tgi" in out["msg"]
 
 
-def test_kv_budget_platform_is_told_from_the_inputs_not_assumed(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kv_budget_platform_is_told_from_the_inputs_not_assumed(tmp_path: Path) -> None:
     # vllm-cpu's own variable: cpu (block size 128)
-    cpu = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path, VLLM_CPU_KVCACHE_SPACE="1")})
+    cpu = run(kv_budget, {"engine": "vllm", "env": vllm_env(tmp_path, VLLM_CPU_KVCACHE_SPACE="1")})
     assert cpu["kv_budget"]["vllm"]["platform"] == "cpu" and cpu["kv_budget"]["vllm"]["block_size"] == 128
     # a GPU in devices: gpu (block size 16)
     gpus = [{"index": 0, "name": "RTX 3090", "backend": "cuda", "total_bytes": 24 * 2**30}]
-    gpu = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path), "devices": gpus})
+    gpu = run(kv_budget, {"engine": "vllm", "env": vllm_env(tmp_path), "devices": gpus})
     assert gpu["kv_budget"]["vllm"]["platform"] == "gpu" and gpu["kv_budget"]["vllm"]["block_size"] == 16
     # neither: the module asks, it does not size a GPU host's cache as a CPU's
-    unknown = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path)})
+    unknown = run(kv_budget, {"engine": "vllm", "env": vllm_env(tmp_path)})
     assert unknown["failed"] is True and unknown["msg"].startswith("platform:")
     assert "platform=cpu or platform=gpu" in unknown["msg"]
     # named, it is used as given
-    named = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path), "platform": "gpu"})
+    named = run(kv_budget, {"engine": "vllm", "env": vllm_env(tmp_path), "platform": "gpu"})
     assert named.get("failed") is not True and named["kv_budget"]["vllm"]["platform"] == "gpu"
 
 
-def test_kv_budget_refuses_a_bad_platform_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(kv_budget, capsys, {"engine": "vllm", "env": vllm_env(tmp_path), "platform": "tpu"})
+def test_kv_budget_refuses_a_bad_platform_naming_it(tmp_path: Path) -> None:
+    out = run(kv_budget, {"engine": "vllm", "env": vllm_env(tmp_path), "platform": "tpu"})
     assert out["failed"] is True and "platform" in out["msg"] and "tpu" in out["msg"]
 
 
@@ -123,17 +129,16 @@ def test_kv_budget_refuses_a_bad_platform_naming_it(tmp_path: Path, capsys: pyte
 
 
 @pytest.mark.parametrize("name", ["engine", "backend"])
-def test_serving_unit_info_takes_engine_and_backend(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_serving_unit_info_takes_engine_and_backend(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no systemctl: the module answers "not installed"
-    out = run(serving_unit_info, capsys, {name: "vllm", "required": False})
+    out = run(serving_unit_info, {name: "vllm", "required": False})
     assert out.get("failed") is not True and out["serving_unit"]["installed"] is False
     warned = any("backend" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(out))
     assert warned is (name == "backend"), deprecated(out)
 
 
-def test_serving_unit_info_refuses_a_bad_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(serving_unit_info, capsys, {"engine": "ollama"})
+def test_serving_unit_info_refuses_a_bad_engine() -> None:
+    out = run(serving_unit_info, {"engine": "ollama"})
     assert out["failed"] is True and "engine" in out["msg"] and "ollama" in out["msg"]
 
 
@@ -141,16 +146,16 @@ def test_serving_unit_info_refuses_a_bad_engine(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.parametrize("name", ["gpu_backend", "backend"])
-def test_toolchain_takes_gpu_backend_and_backend(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(llamacpp_toolchain, capsys, {name: "cpu", "fail_on_problems": False})
+def test_toolchain_takes_gpu_backend_and_backend(name: str) -> None:
+    out = run(llamacpp_toolchain, {name: "cpu", "fail_on_problems": False})
     assert out.get("failed") is not True and out["backends"] == ["cpu"]
     warned = any("backend" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(out))
     assert warned is (name == "backend"), deprecated(out)
 
 
 @pytest.mark.parametrize("value", ["metal", "cuda+hip", "vulkan,cuda"])
-def test_toolchain_refuses_a_gpu_backend_outside_its_choices(value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(llamacpp_toolchain, capsys, {"gpu_backend": value})
+def test_toolchain_refuses_a_gpu_backend_outside_its_choices(value: str) -> None:
+    out = run(llamacpp_toolchain, {"gpu_backend": value})
     assert out["failed"] is True and "gpu_backend" in out["msg"] and value in out["msg"]
     assert "cuda+vulkan" in out["msg"]  # the choices are listed
 
@@ -158,14 +163,14 @@ def test_toolchain_refuses_a_gpu_backend_outside_its_choices(value: str, capsys:
 # ------------------------------------------------------------------ spec_watch: host is deprecated
 
 
-def test_spec_watch_without_host_names_the_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(spec_watch, capsys, {"unit": "llama-server", "state_dir": str(tmp_path)})
+def test_spec_watch_without_host_names_the_unit(tmp_path: Path) -> None:
+    out = run(spec_watch, {"unit": "llama-server", "state_dir": str(tmp_path)})
     assert out["changed"] is False and out["summary"].startswith("llama-server.service: no promotion")
     assert deprecated(out) == []
 
 
-def test_spec_watch_still_takes_host_and_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run(spec_watch, capsys, {"unit": "llama-server", "state_dir": str(tmp_path), "host": "gpu-box-1"})
+def test_spec_watch_still_takes_host_and_warns(tmp_path: Path) -> None:
+    out = run(spec_watch, {"unit": "llama-server", "state_dir": str(tmp_path), "host": "gpu-box-1"})
     assert out["changed"] is False and out["summary"].startswith("gpu-box-1: no promotion")
     assert any("host" in d and "1.0.0 llmfleet.specdec" in d for d in deprecated(out)), deprecated(out)
 
