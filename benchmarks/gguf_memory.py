@@ -161,7 +161,7 @@ def module_table(cap: int, shapes: list[str]) -> int:
         small = small_model(Path(tmp) / "small.gguf")
         base = {m: module_peak(m, a)["maxrss"] for m, a in (
             ("gguf_info", {"path": str(small)}), ("spec_compat", {"target": str(small), "draft": str(small)}),
-            ("spec_lint", {"backend": "llamacpp", "target": str(small), "draft": str(small)}))}
+            ("spec_lint", {"engine": "llamacpp", "target": str(small), "draft": str(small)}))}
         for name in shapes:
             path = SHAPES[name](Path(tmp) / "h.gguf", cap - small.stat().st_size)
             size = path.stat().st_size

@@ -205,7 +205,8 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
     len_tol = drift.check_number("mean_len_tolerance", params.get("mean_len_tolerance", 0.25))
     min_drafted = int(drift.check_number("min_draft_tokens", params.get("min_draft_tokens", 50)))
     min_tokens = int(drift.check_number("min_tokens", params.get("min_tokens", 64)))
-    host = params.get("host") or ""
+    # host is deprecated (spec_watch only printed it): without it the summary names the unit
+    host = params.get("host") or service_name(unit)
     # promote.yml names the file after specdec_unit as the inventory spells it (with or without .service)
     stem = service_name(unit)[: -len(".service")]
     names = dict.fromkeys([safe_path_component(unit, "unit"), safe_path_component(stem, "unit")])

@@ -4,7 +4,7 @@
 """spec_lint's entry points: lint a llama.cpp or vLLM config, and everything the spec_lint module returns.
 
 ``lint_llamacpp`` walks llama-server's start-up through the stages of ``_lint_rules`` in order;
-``lint`` picks the backend (vLLM's rules are ``_vllm``'s); ``run_spec_lint`` reads the models
+``lint`` picks the engine (vLLM's rules are ``_vllm``'s); ``run_spec_lint`` reads the models
 (facts or a path, through ``_model_facts.facts_or_path``) and the vocabulary verdict, then lints.
 The rules themselves are in ``_lint_rules``, llama.cpp's facts and build gates in ``_llamacpp``.
 """
@@ -87,7 +87,7 @@ def lint_llamacpp(config: Mapping[str, Any], target: Mapping[str, Any] | None = 
     return run.result()
 
 
-def lint(backend: str, config: Any, target_facts: Mapping[str, Any] | None = None,
+def lint(engine: str, config: Any, target_facts: Mapping[str, Any] | None = None,
          draft_facts: Mapping[str, Any] | None = None, compat: Mapping[str, Any] | None = None,
          build: Any = None, vllm_version: str | None = None) -> dict[str, Any]:
     """``{"errors", "silent_off", "warnings", "effective_chain", "outcome"}`` for a llama.cpp or vLLM config.
@@ -95,21 +95,20 @@ def lint(backend: str, config: Any, target_facts: Mapping[str, Any] | None = Non
     llamacpp: ``config`` is ``_flags.parse`` output (or a list of CLI args). vllm: ``config`` is a
     speculative-config dict or a list of ``vllm serve`` args (legacy --spec-* flags included).
     """
-    if backend == "llamacpp":
+    if engine == "llamacpp":
         if isinstance(config, (list, tuple)):
             config = parse_flags(config)
         return lint_llamacpp(config, target_facts, draft_facts, compat, build)
-    if backend == "vllm":
+    if engine == "vllm":
         return _vllm.lint(config, vllm_version)
-    raise SpecdecError(f"backend={backend!r} is not one spec_lint knows; use llamacpp or vllm")
+    raise SpecdecError(f"engine={engine!r} is not one spec_lint knows; use llamacpp or vllm")
 
 
 # ------------------------------------------------------------------ the module's work
 
 def run_spec_lint(params: Mapping[str, Any], read_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything spec_lint returns, from its params. Reads files only; changes nothing."""
-    backend = params["backend"]
-    if backend == "vllm":
+    if params["engine"] == "vllm":
         result = _vllm.lint_params(params)
         result["ok"] = not result["errors"]
         return result

@@ -206,7 +206,7 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
     unit_name = str(unit.get("unit") or "the unit")
     engine = unit.get("engine") or backend
     if engine != backend:
-        raise RenderError(f"{unit_name} runs {engine}, but specdec_backend says {backend}; make them agree")
+        raise RenderError(f"{unit_name} runs {engine}, but specdec_engine says {backend}; make them agree")
     base = _base(base_env if base_env else unit.get("env"), name)
     override = _candidate_env(env, name)
     tokens = [str(token) for token in (flags or [])]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
@@ -307,7 +307,6 @@ def plan_from_serve(params: Mapping[str, Any], load_dir=read_model_dir) -> dict[
             spec = json.loads(spec)
         except ValueError as exc:
             raise VllmMemoryError(f"--speculative-config is not JSON ({exc}); give a JSON object") from None
-    platform = params.get("platform") or "cpu"
     weights = 0
     target_in = params.get("target") or values.get("--model") or values.get("model") or env.get("VLLM_SERVE_MODEL")
     if not target_in:
@@ -348,6 +347,8 @@ def plan_from_serve(params: Mapping[str, Any], load_dir=read_model_dir) -> dict[
                               "a fraction such as 0.9") from None
     total = None
     devices = params.get("devices") or []
+    # kv_budget's default is auto (told from env and devices); a caller that names none gets cpu, the test bed's
+    platform = resolve_platform(params.get("platform") or "cpu", env, devices)
     if platform == "gpu" and devices:
         total = min(int(d.get("total_bytes") or 0) for d in devices[:tp]) or None
     non_kv = params.get("non_kv_bytes")
@@ -381,8 +382,23 @@ def summary(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def resolve_platform(platform: str, env: Mapping[str, Any], devices: Sequence[Mapping[str, Any]]) -> str:
+    """``cpu`` or ``gpu``: as given, or for ``auto`` told from the unit's env and the devices; never guessed."""
+    if platform in ("cpu", "gpu"):
+        return platform
+    if platform != "auto":
+        raise VllmMemoryError(f"platform={platform!r}: use auto, cpu or gpu")
+    if env.get("VLLM_CPU_KVCACHE_SPACE") is not None:
+        return "cpu"
+    if devices:
+        cpu_only = all(str(d.get("backend") or d.get("llama_device") or "").lower() == "cpu" for d in devices)
+        return "cpu" if cpu_only else "gpu"
+    raise VllmMemoryError("platform: cannot tell vllm-cpu from a GPU vLLM - the env has no VLLM_CPU_KVCACHE_SPACE and "
+                          "no devices are given; give platform=cpu or platform=gpu (or the GPUs in devices)")
+
+
 def kv_budget_result(params: Mapping[str, Any]) -> dict[str, Any]:
-    """kv_budget's answer for backend vllm, in the keys the preflight reads (fits, target/draft total_bytes,
+    """kv_budget's answer for engine vllm, in the keys the preflight reads (fits, target/draft total_bytes,
     summary, notes) plus the vLLM numbers under ``vllm``."""
     result = plan_from_serve(params)
     pool = None if result["num_blocks"] is None else result["num_blocks"] * result["bytes_per_block"]
@@ -392,7 +408,7 @@ def kv_budget_result(params: Mapping[str, Any]) -> dict[str, Any]:
         total = (pool if pool is not None else result["needed_bytes_one_request"]) * per_block // result["bytes_per_block"]
         shares[row["model"]] = {"total_bytes": total, "per_position_bytes": per_block // result["block_size"],
                                 "kv_layers": row["layers"]}
-    return {"backend": "vllm", "fits": result["fits"], "loads": result["fits"] is not False,
+    return {"engine": "vllm", "fits": result["fits"], "loads": result["fits"] is not False,
             "problems": [result["refusal"]] if result["refusal"] else [], "target": shares.get("target"),
             "draft": shares.get("draft"), "devices": [], "fixes": [], "weights_included": False,
             "notes": result["notes"], "summary": result["summary"], "vllm": result}

@@ -42,7 +42,7 @@ options:
 seealso:
   - module: llmfleet.specdec.ab_lock
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -97,7 +97,7 @@ options:
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

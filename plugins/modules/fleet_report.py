@@ -78,7 +78,7 @@ attributes:
 seealso:
   - module: llmfleet.specdec.spec_report
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

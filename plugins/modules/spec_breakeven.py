@@ -103,7 +103,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.gpu_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

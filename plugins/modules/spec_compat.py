@@ -50,7 +50,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

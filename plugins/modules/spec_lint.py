@@ -30,11 +30,15 @@ description:
     records one) and maps the legacy C(--spec-method/--spec-model/--spec-tokens) flags.
   - Read-only. Model files are only read (headers), nothing is started.
 options:
-  backend:
-    description: Which server the config is for.
+  engine:
+    description:
+      - Which server the config is for.
+      - Before 0.2.0 this option was called C(backend); that name still works, with a deprecation warning, until
+        1.0.0.
     type: str
     required: true
     choices: [llamacpp, vllm]
+    aliases: [backend]
   build:
     description:
       - The llama.cpp build, as C(b<number>) (for example V(b10133)). Omitted means the tree the
@@ -42,11 +46,11 @@ options:
       - Before b9180 the MTP type is named C(mtp); nothing else about older builds is assumed.
     type: str
   vllm_version:
-    description: The vLLM version on the host (for example V(0.20.1)), for O(backend=vllm). Omitted skips version rules.
+    description: The vLLM version on the host (for example V(0.20.1)), for O(engine=vllm). Omitted skips version rules.
     type: str
   flags:
     description:
-      - llama-server arguments (O(backend=llamacpp)) or C(vllm serve) arguments (O(backend=vllm)), one token
+      - llama-server arguments (O(engine=llamacpp)) or C(vllm serve) arguments (O(engine=vllm)), one token
         per item, for example V([--spec-type, draft-mtp, --spec-draft-n-max, "2"]).
     type: list
     elements: str
@@ -57,13 +61,13 @@ options:
         override it, except C(--spec-type), which adds to it.
       - C(LLAMA_EXTRA_ARGS) (this collection's own variable) holds shell-quoted flags without an env name;
         they are read as flags.
-      - For O(backend=vllm), the vLLM unit's environment as role C(vllm_serve) writes it and its launcher reads
+      - For O(engine=vllm), the vLLM unit's environment as role C(vllm_serve) writes it and its launcher reads
         it - C(VLLM_SERVE_ARGS) (engine flags, before O(flags)), C(VLLM_EXTRA_ARGS) (after them) and
         C(VLLM_SPECULATIVE_CONFIG) (the C(--speculative-config) JSON, unless O(speculative_config) is given).
     type: dict
     default: {}
   speculative_config:
-    description: For O(backend=vllm), a C(--speculative-config) object (mapping or JSON string), merged after O(flags).
+    description: For O(engine=vllm), a C(--speculative-config) object (mapping or JSON string), merged after O(flags).
     type: raw
   target:
     description:
@@ -95,13 +99,13 @@ seealso:
   - module: llmfleet.specdec.spec_compat
   - module: llmfleet.specdec.gguf_info
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
 - name: Lint the deployed env file's speculative settings
   llmfleet.specdec.spec_lint:
-    backend: llamacpp
+    engine: llamacpp
     env:
       LLAMA_ARG_MODEL: /srv/models/Qwen3.6-27B-Q8_K_P.gguf
       LLAMA_ARG_SPEC_TYPE: draft-mtp,ngram-mod
@@ -118,14 +122,14 @@ EXAMPLES = r"""
 
 - name: Check an old flag against an old build
   llmfleet.specdec.spec_lint:
-    backend: llamacpp
+    engine: llamacpp
     build: b9100
     flags: [--spec-type, mtp]
     target: "{{ target_info.gguf }}"
 
 - name: Validate a vLLM DFlash config
   llmfleet.specdec.spec_lint:
-    backend: vllm
+    engine: vllm
     vllm_version: 0.20.1
     flags: [--spec-method, dflash, --spec-model, z-lab/Qwen3.6-35B-A3B-DFlash, --spec-tokens, "8",
             --attention-backend, flash_attn]
@@ -173,20 +177,20 @@ outcome:
   type: str
   sample: serves-with-speculation
 config:
-  description: For O(backend=llamacpp), the config as llama.cpp reads it (typed keys, C(spec_types), C(problems)).
-  returned: when backend is llamacpp
+  description: For O(engine=llamacpp), the config as llama.cpp reads it (typed keys, C(spec_types), C(problems)).
+  returned: when engine is llamacpp
   type: dict
 build:
   description: The llama.cpp build the rules were applied for.
-  returned: when backend is llamacpp
+  returned: when engine is llamacpp
   type: str
 speculative_config:
-  description: For O(backend=vllm), the C(--speculative-config) object vLLM will read.
-  returned: when backend is vllm
+  description: For O(engine=vllm), the C(--speculative-config) object vLLM will read.
+  returned: when engine is vllm
   type: dict
 cli:
-  description: For O(backend=vllm), the C(--speculative-config) arguments to pass, when there are no errors.
-  returned: when backend is vllm
+  description: For O(engine=vllm), the C(--speculative-config) arguments to pass, when there are no errors.
+  returned: when engine is vllm
   type: list
   elements: str
 """
@@ -200,7 +204,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
 
 ARGUMENT_SPEC = dict(
-    backend=dict(type="str", required=True, choices=["llamacpp", "vllm"]),
+    engine=dict(type="str", required=True, choices=["llamacpp", "vllm"], aliases=["backend"],
+                deprecated_aliases=[dict(name="backend", version="1.0.0", collection_name="llmfleet.specdec")]),
     build=dict(type="str"),
     vllm_version=dict(type="str"),
     flags=dict(type="list", elements="str", default=[]),

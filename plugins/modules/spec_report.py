@@ -138,7 +138,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_breakeven
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -38,7 +38,7 @@ options:
 seealso:
   - module: llmfleet.specdec.spec_watch
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -82,9 +82,11 @@ options:
     type: float
     default: 30
   host:
-    description: The inventory name shown in RV(summary).
+    description:
+      - Deprecated, removed in 1.0.0 - the module only printed it. Ansible's own output names the host.
+      - Still accepted, with a deprecation warning; given, it starts RV(summary) as before. Omitted, RV(summary)
+        starts with the unit's name.
     type: str
-    default: ""
   textfile_dir:
     description:
       - Also write the result for Prometheus, as C(<textfile_dir>/llmfleet_specdec_<unit>.prom) in the text format
@@ -108,7 +110,7 @@ notes:
 seealso:
   - module: llmfleet.specdec.spec_snapshot
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""
@@ -154,7 +156,9 @@ evidence_age_seconds:
   returned: when there is a promotion
   type: float
 summary:
-  description: One line - the host, the promoted config and C(no drift), or C(DRIFT) and the drift kinds.
+  description:
+    - One line - the unit (or the deprecated O(host) when given), the promoted config and C(no drift), or C(DRIFT)
+      and the drift kinds.
   returned: always
   type: str
 config:
@@ -200,7 +204,7 @@ ARGUMENT_SPEC = dict(
     acceptance_tolerance=dict(type="float", default=0.05),
     mean_len_tolerance=dict(type="float", default=0.25),
     max_age_days=dict(type="float", default=30),
-    host=dict(type="str", default=""),
+    host=dict(type="str", removed_in_version="1.0.0", removed_from_collection="llmfleet.specdec"),
     textfile_dir=dict(type="path"),
 )
 

@@ -84,7 +84,7 @@ notes:
     read as the unit's C(EnvironmentFile=)s would give it, with the new env file's text where it is one of them.
   - A reboot in the middle forgets the timer (it lives in C(/run)); the host then boots the new files.
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

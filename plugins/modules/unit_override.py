@@ -152,7 +152,7 @@ notes:
     C(VLLM_SERVE_HOST), C(VLLM_SERVE_PORT)), after the candidate's env is layered on; a wildcard host is checked on loopback.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers running llama-server; see C(molecule/).
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

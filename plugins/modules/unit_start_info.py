@@ -48,7 +48,7 @@ extends_documentation_fragment:
 seealso:
   - module: llmfleet.specdec.unit_override
 author:
-  - llmfleet.specdec maintainers (!UNKNOWN)
+  - llmfleet maintainers (@llmfleet)
 """
 
 EXAMPLES = r"""

@@ -141,7 +141,7 @@ def test_spec_lint_predicts_llama_server(case: str, models: dict[str, Path], lla
     target_path = models[target]
     draft_path = models[draft] if draft else None
     flags = ["-m", str(target_path)] + (["-md", str(draft_path)] if draft_path else []) + args
-    predicted = run_spec_lint({"backend": "llamacpp", "flags": flags, "env": env})
+    predicted = run_spec_lint({"engine": "llamacpp", "flags": flags, "env": env})
 
     server = LlamaServer(target_path, draft=draft_path, args=args, env=env, binary=llama_server_bin,
                          log_dir=tmp_path, ctx_size=512)
@@ -167,15 +167,15 @@ def test_spec_lint_predicts_llama_server(case: str, models: dict[str, Path], lla
 
 def test_effective_chain_is_llama_cpps_order_not_the_cli_order(standard_models: dict[str, Path]) -> None:
     target = str(standard_models["target.gguf"])
-    chains = [run_spec_lint({"backend": "llamacpp", "flags": ["-m", target, "--spec-type", order]})["effective_chain"]
+    chains = [run_spec_lint({"engine": "llamacpp", "flags": ["-m", target, "--spec-type", order]})["effective_chain"]
               for order in ("ngram-mod,ngram-simple,ngram-map-k", "ngram-map-k,ngram-simple,ngram-mod")]
     assert chains[0] == chains[1] == ["ngram-simple", "ngram-map-k", "ngram-mod"]
 
 
 def test_draft_type_inference_with_no_spec_type_reads_the_mtp_header(standard_models: dict[str, Path]) -> None:
     # target-mtp.gguf carries blk.3.nextn.eh_proj.weight: as a draft, llama.cpp infers draft-mtp from it
-    r = run_spec_lint({"backend": "llamacpp", "flags": ["-m", str(standard_models["target.gguf"]),
-                                                        "-md", str(standard_models["target-mtp.gguf"])]})
+    r = run_spec_lint({"engine": "llamacpp", "flags": ["-m", str(standard_models["target.gguf"]),
+                                                       "-md", str(standard_models["target-mtp.gguf"])]})
     assert r["config"]["spec_types"] == [] and r["outcome"] == "refuses"
     assert [f["code"] for f in r["errors"]] == ["mtp-arch-without-mtp-graph"]
 

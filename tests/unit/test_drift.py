@@ -255,7 +255,7 @@ def test_no_promotion_is_a_finding_and_touches_nothing(tmp_path) -> None:
     result = host.watch({"unit": "llama-server", "state_dir": str(tmp_path)}, run=_never)
     assert [f["kind"] for f in result["findings"]] == ["no-evidence"]
     assert result["evidence_path"] == str(tmp_path / "promoted" / "llama-server.json")
-    assert result["summary"] == ": no promotion - DRIFT: no-evidence"
+    assert result["summary"] == "llama-server.service: no promotion - DRIFT: no-evidence"  # no host: the unit
 
 
 def test_broken_evidence_fails_naming_the_file(tmp_path) -> None:

@@ -59,7 +59,7 @@ def _run(files: dict[str, Path], module: str, target: str | None, draft: str) ->
         args = {"target": str(files[target]), "draft": str(files[draft])}
         held = files[target].stat().st_size + files[draft].stat().st_size
         if module == "spec_lint":
-            args.update(backend="llamacpp", flags=["--spec-type", "draft-simple"])
+            args.update(engine="llamacpp", flags=["--spec-type", "draft-simple"])
     key = (module, target, draft)
     if key not in _RUNS:
         _RUNS[key] = module_peak(module, args)

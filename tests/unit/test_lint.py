@@ -412,24 +412,24 @@ def test_lint_dispatch() -> None:
     assert r["effective_chain"] == ["ngram-mod"]
     v = _lint.lint("vllm", {"method": "ngram", "num_speculative_tokens": 4})
     assert v["effective_chain"] == ["ngram"]
-    with pytest.raises(SpecdecError, match="backend='sglang'"):
+    with pytest.raises(SpecdecError, match="engine='sglang'"):
         _lint.lint("sglang", [])
 
 
 def test_missing_draft_file_is_an_error_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "nope.gguf"
     with pytest.raises(SpecdecError, match=r"nope\.gguf: no such file"):
-        _lint.run_spec_lint({"backend": "llamacpp", "flags": ["--spec-type", "draft-simple", "-md", str(missing)],
+        _lint.run_spec_lint({"engine": "llamacpp", "flags": ["--spec-type", "draft-simple", "-md", str(missing)],
                              "target": LLAMA})
 
 
 def test_facts_dict_without_architecture_is_refused() -> None:
     with pytest.raises(SpecdecError, match="target: a facts dict"):
-        _lint.run_spec_lint({"backend": "llamacpp", "flags": [], "target": {"block_count": 4}})
+        _lint.run_spec_lint({"engine": "llamacpp", "flags": [], "target": {"block_count": 4}})
 
 
 def test_gguf_info_result_is_accepted_as_facts() -> None:
-    r = _lint.run_spec_lint({"backend": "llamacpp", "flags": ["--spec-type", "draft-mtp"],
+    r = _lint.run_spec_lint({"engine": "llamacpp", "flags": ["--spec-type", "draft-mtp"],
                              "target": {"gguf": QWEN35_MTP, "changed": False}})
     assert r["ok"] and r["effective_chain"] == ["draft-mtp"] and r["config"]["spec_types"] == ["draft-mtp"]
 
@@ -444,27 +444,27 @@ def run_module(capsys: pytest.CaptureFixture[str], args: dict[str, Any]) -> dict
 
 
 def test_module_reports_and_changes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_module(capsys, {"backend": "llamacpp", "flags": ["--spec-type", "mtp"], "target": LLAMA,
+    out = run_module(capsys, {"engine": "llamacpp", "flags": ["--spec-type", "mtp"], "target": LLAMA,
                               "_ansible_check_mode": True})
     assert out["changed"] is False and out["ok"] is False and out["outcome"] == "refuses"
     assert out["errors"][0]["code"] == "spec-type-renamed"
 
 
 def test_module_reads_env_and_build(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_module(capsys, {"backend": "llamacpp", "build": "b9100", "env": {"LLAMA_ARG_SPEC_TYPE": "mtp"},
+    out = run_module(capsys, {"engine": "llamacpp", "build": "b9100", "env": {"LLAMA_ARG_SPEC_TYPE": "mtp"},
                               "target": QWEN35_MTP})
     assert out["ok"] is True and out["effective_chain"] == ["draft-mtp"] and out["build"] == "b9100"
     assert [w["code"] for w in out["lint_warnings"]] == ["old-build"]
 
 
 def test_module_fails_on_a_missing_draft_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    out = run_module(capsys, {"backend": "llamacpp", "flags": ["--spec-type", "draft-simple"], "target": LLAMA,
+    out = run_module(capsys, {"engine": "llamacpp", "flags": ["--spec-type", "draft-simple"], "target": LLAMA,
                               "draft": str(tmp_path / "gone.gguf")})
     assert out["failed"] is True and "gone.gguf: no such file" in out["msg"]
 
 
 def test_module_vllm_branch(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_module(capsys, {"backend": "vllm", "vllm_version": "0.20.0",
+    out = run_module(capsys, {"engine": "vllm", "vllm_version": "0.20.0",
                               "flags": ["--spec-method", "dflash", "--spec-model", "z-lab/X-DFlash", "--spec-tokens", "8"]})
     assert out["ok"] is False and [e["code"] for e in out["errors"]] == ["vllm-too-old"]
 

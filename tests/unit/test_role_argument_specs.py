@@ -43,3 +43,43 @@ def test_spec_ab_warmup_description_is_whole() -> None:
     spec = yaml.safe_load((ROOT / "roles" / "spec_ab" / "meta" / "argument_specs.yml").read_text())
     assert spec["argument_specs"]["main"]["options"]["spec_ab_warmup"]["description"] == \
         "Warm-up requests, not measured."
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_default_is_one_of_its_choices(role: str) -> None:
+    spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    for entry, body in spec["argument_specs"].items():
+        for name, option in _options(body.get("options") or {}, f"{role}:{entry}"):
+            if "choices" in option and option.get("default") is not None:
+                assert option["default"] in option["choices"], name
+
+
+BAD_VALUE = """
+- name: A bad value for a role variable
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The role, with the bad value
+      ansible.builtin.include_role:
+        name: llmfleet.specdec.llamacpp_build
+      vars:
+        llamacpp_build_version: b10133
+        llamacpp_build_backend: metal
+"""
+
+
+def test_a_value_outside_the_choices_fails_at_the_roles_start_naming_the_variable(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "bad.yml").write_text(BAD_VALUE)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", "localhost,",
+                           "-c", "local", str(tmp_path / "bad.yml")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Validating arguments against arg spec" in out and "llamacpp_build_backend" in out and "metal" in out
+    assert "Check the toolchain" not in out  # nothing after the validation ran

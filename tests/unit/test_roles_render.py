@@ -102,7 +102,7 @@ def test_every_playbook_passes_syntax_check():
 @pytest.mark.parametrize("host", FLEET)
 def test_host_vars_carry_what_preflight_and_ab_read(rendered, host):
     spec = built(rendered, host)["specdec"]
-    assert spec["backend"] == "llamacpp"
+    assert spec["engine"] == "llamacpp"
     assert build.parse_build_number(spec["llamacpp_build"]) == 10133
     assert spec["unit"] == "llama-server" and spec["endpoint"] == "http://127.0.0.1:8080"
     assert set(spec["breakeven"]) == {"t_s", "d_s", "incumbent_rate"}

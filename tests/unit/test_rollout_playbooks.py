@@ -70,9 +70,9 @@ def test_build_fails_on_a_host_that_names_no_build(tmp_path: Path) -> None:
 
 
 def test_build_fails_on_a_host_with_nothing_to_build(tmp_path: Path) -> None:
-    proc = playbook("playbooks/build.yml", "-l", "specdec-demo", "--check", "-e", "specdec_backend=vllm")
+    proc = playbook("playbooks/build.yml", "-l", "specdec-demo", "--check", "-e", "specdec_engine=vllm")
     assert proc.returncode != 0
-    assert "specdec-demo has nothing to build: build.yml builds llama.cpp and this host's specdec_backend is vllm" in said(proc)
+    assert "specdec-demo has nothing to build: build.yml builds llama.cpp and this host's specdec_engine is vllm" in said(proc)
 
 
 def _lock(state_dir: Path) -> None:

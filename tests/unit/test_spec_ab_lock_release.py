@@ -14,9 +14,15 @@ def _releases(tasks: list[dict] | None) -> bool:
     return any(t.get("llmfleet.specdec.ab_lock", {}).get("state") == "absent" for t in tasks or [])
 
 
+def _includes(task: dict) -> str | None:
+    """The file an include_tasks names, in its short form or with file: (and apply:)."""
+    include = task.get("ansible.builtin.include_tasks")
+    return include.get("file") if isinstance(include, dict) else include
+
+
 def test_every_task_that_holds_the_lock_gives_it_back_on_failure():
     tasks = yaml.safe_load(MAIN.read_text())
-    taken = next(i for i, t in enumerate(tasks) if t.get("ansible.builtin.include_tasks") == "state_begin.yml")
+    taken = next(i for i, t in enumerate(tasks) if _includes(t) == "state_begin.yml")
     released = next(i for i, t in enumerate(tasks) if _releases(t.get("always")))
     holding = tasks[taken + 1:released + 1]
     assert holding, "the lock is taken and released somewhere in main.yml"

@@ -162,7 +162,7 @@ def test_bad_input_names_the_config_and_the_fix() -> None:
         render_candidate({}, {"LLAMA_EXTRA_ARGS": "--foo"}, [], "x", unit=unit_of(HAND))
     with pytest.raises(RenderError, match="not a boolean"):
         render_candidate({}, {"LLAMA_ARG_CONTEXT_SHIFT": "maybe"}, [], "x", unit=unit_of(HAND))
-    with pytest.raises(RenderError, match="specdec_backend"):
+    with pytest.raises(RenderError, match="specdec_engine"):
         render_candidate({}, {}, [], "x", backend="vllm", unit=unit_of(HAND))
     with pytest.raises(RenderError, match="baseline is production"):
         render_configs([{"name": "baseline", "flags": ["-t", "2"]}], {}, "baseline", unit=unit_of(HAND))

@@ -150,16 +150,16 @@ def test_kv_budget_module_backend_vllm(tmp_path: Path, capsys: pytest.CaptureFix
     (tmp_path / "t" / "config.json").write_text(json.dumps(TARGET))
     env = {"VLLM_SERVE_MODEL": str(tmp_path / "t"), "VLLM_SERVE_ARGS": "--max-model-len 1000 --dtype float32",
            "VLLM_CPU_KVCACHE_SPACE": "2"}
-    out = _run_kv_budget({"backend": "vllm", "env": env, "_ansible_check_mode": True}, capsys)
+    out = _run_kv_budget({"engine": "vllm", "env": env, "_ansible_check_mode": True}, capsys)
     assert out["changed"] is False and out["kv_budget"]["fits"] is True
     assert out["kv_budget"]["vllm"]["kv_cache_tokens"] == 2048000
     # the preflight's "fits?" reads kv_budget.fits: a budget too small is a NO, not a "?"
     env["VLLM_SERVE_ARGS"] = "--max-model-len 4096 --dtype float32 --kv-cache-memory-bytes 1000000"
     del env["VLLM_CPU_KVCACHE_SPACE"]
-    out = _run_kv_budget({"backend": "vllm", "env": env}, capsys)
+    out = _run_kv_budget({"engine": "vllm", "platform": "cpu", "env": env}, capsys)
     assert out["kv_budget"]["fits"] is False and out["kv_budget"]["problems"]
     # bad input: the module fails with the fix named
-    out = _run_kv_budget({"backend": "vllm", "env": {"VLLM_SERVE_MODEL": str(tmp_path / "t")}}, capsys)
+    out = _run_kv_budget({"engine": "vllm", "env": {"VLLM_SERVE_MODEL": str(tmp_path / "t")}}, capsys)
     assert out["failed"] and "--max-model-len is not set" in out["msg"]
 
 
