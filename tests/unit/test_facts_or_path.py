@@ -95,7 +95,7 @@ def test_kv_budget_and_spec_lint_read_the_same_path_alike(tmp_path: Path, capsys
     out = _kv_budget({"target": path}, capsys)
     assert "failed" not in out and out["kv_budget"]["target"]["total_bytes"] > 0
     with pytest.raises(SpecdecError, match=r"draft \(the config.s --spec-draft-model\)=.*missing\.gguf: no such file"):
-        run_spec_lint({"backend": "llamacpp", "flags": ["-m", path, "-md", str(tmp_path / "missing.gguf"),
+        run_spec_lint({"engine": "llamacpp", "flags": ["-m", path, "-md", str(tmp_path / "missing.gguf"),
                                                         "--spec-type", "draft-simple"]})
     out = _kv_budget({"target": path, "draft": str(tmp_path / "missing.gguf")}, capsys)
     assert out["failed"] is True and "missing.gguf: no such file" in out["msg"]
@@ -104,4 +104,4 @@ def test_kv_budget_and_spec_lint_read_the_same_path_alike(tmp_path: Path, capsys
 def test_spec_lint_refuses_an_empty_gguf_beside_top_level_facts() -> None:
     # spec_lint used to fall back to the outer dict when 'gguf' was empty
     with pytest.raises(SpecdecError, match="target: a facts dict needs at least 'architecture'"):
-        run_spec_lint({"backend": "llamacpp", "flags": [], "target": {"gguf": {}, **LLAMA}})
+        run_spec_lint({"engine": "llamacpp", "flags": [], "target": {"gguf": {}, **LLAMA}})

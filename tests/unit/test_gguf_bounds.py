@@ -60,7 +60,7 @@ def test_the_two_headers_of_a_pair_share_max_header_bytes(tmp_path: Path) -> Non
         read_pair(t, d, max_header_bytes=2 * size - 1)
     # spec_lint reads them the same way
     with pytest.raises(GGUFError, match="leaves to the draft's"):
-        run_spec_lint({"backend": "llamacpp", "target": t, "draft": d, "flags": []},
+        run_spec_lint({"engine": "llamacpp", "target": t, "draft": d, "flags": []},
                       {"max_header_bytes": 2 * size - 1})
 
 
