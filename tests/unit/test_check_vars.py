@@ -43,6 +43,8 @@ GOOD = {
     "specdec_force": "no",
     "specdec_build_batch": [1, "100%"],
     "specdec_llamacpp_build": "b10133",
+    "specdec_ab_drain_tasks": "",
+    "specdec_fleet_run": "20261201T020000Z-ab12",
     "specdec_watch_window": 0,
     "specdec_watch_acceptance_tolerance": 0.05,
     "specdec_watch_fail_on": "never",
@@ -86,6 +88,9 @@ BAD = [
     ("specdec_fleet_min_hosts", 0),
     ("specdec_target_hosts", ""),
     ("specdec_cpu_only", "cpu"),
+    ("specdec_llamacpp_build", 10133),
+    ("specdec_fleet_state_dir", "state"),
+    ("specdec_ab_undrain_tasks", ["undrain.yml"]),
 ]
 
 PLAY = f"""
