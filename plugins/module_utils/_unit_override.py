@@ -5,31 +5,28 @@
 
 An A/B candidate runs as the production unit itself, changed only by a transient drop-in:
 
-- ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, each quoted
-  by ``_envfile`` so that systemd hands the process exactly the value given;
-- ``/run/systemd/system/<unit>.d/50-llmfleet-specdec.conf`` (0600) adds that file after the unit's
-  own ``EnvironmentFile=`` (a later file wins), plus ``UnsetEnvironment=`` for variables the
-  candidate drops;
-- ``/run/llmfleet-specdec/<unit>/rollback.py`` (0700) is a self-contained script that undoes both
-  and restarts the unit; ``systemd-run --on-calendar=<now + N s>`` arms it as the transient timer
-  ``specdec-rollback-<unit stem>.timer``. Transient units live in ``/run/systemd/transient`` and
-  survive ``daemon-reload`` (a wall-clock deadline, because a reload re-bases ``--on-active``
-  timers); everything under ``/run`` is forgotten by a reboot.
+- ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, each quoted by ``_envfile``
+  so that systemd hands the process exactly the value given;
+- ``/run/systemd/system/<unit>.d/50-llmfleet-specdec.conf`` (0600) adds that file after the unit's own
+  ``EnvironmentFile=`` (a later file wins), plus ``UnsetEnvironment=`` for variables the candidate drops;
+- ``/run/llmfleet-specdec/<unit>/rollback.py`` (0700) is a self-contained script that undoes both and restarts the
+  unit; ``systemd-run --on-calendar=<now + N s>`` arms it as the transient timer ``specdec-rollback-<unit stem>.timer``.
+  Transient units live in ``/run/systemd/transient`` and survive ``daemon-reload`` (a wall-clock deadline, because a
+  reload re-bases ``--on-active`` timers); everything under ``/run`` is forgotten by a reboot.
 
-Health is decided by the server, never by a file: ``GET /health`` answers 200 *and* the socket
-listening on the port belongs to the unit's new ``MainPID`` (``/proc/net/tcp*`` inode →
-``/proc/<pid>/fd``) or to a process in the unit's own control group or below it
-(``/proc/<pid>/cgroup`` against the unit's ``ControlGroup``): a container run by
-``podman run --cgroups=split`` serves from a daemonized process in a sub-cgroup of the unit, while
-``MainPID`` is the podman client. Before a candidate starts, the port must be free of listeners
-(bounded wait); a port still held names the process that holds it.
+Health is decided by the server, never by a file: ``GET /health`` answers 200 *and* the socket listening on the
+port belongs to the unit's new ``MainPID`` (``/proc/net/tcp*`` inode → ``/proc/<pid>/fd``) or to a process in the
+unit's own control group or below it (``/proc/<pid>/cgroup`` against the unit's ``ControlGroup``): a container run
+by ``podman run --cgroups=split`` serves from a daemonized process in a sub-cgroup of the unit, while
+``MainPID`` is the podman client. Before a candidate starts, the port must be free of listeners (bounded wait); a
+port still held names the process that holds it.
 
-The decisions (validation, rendering, what to change) are pure functions; ``Systemctl`` and the
-``/proc`` readers are the only places that touch the host, so the tests drive the rest with fakes.
+The decisions (validation, rendering, what to change) are pure functions; ``Systemctl`` and the ``/proc`` readers
+are the only places that touch the host, so the tests drive the rest with fakes.
 
-This room holds the manager (``UnitOverride``, ``plan_present``, ``run_unit_override``) and its waits.
-Not here: unit names, paths, systemctl and the rollback script (``_systemd``), env-file syntax and the
-candidate's rendering (``_envfile``), ``/proc`` readers (``_procview``), HTTP itself (``_http``).
+This room: the manager (``UnitOverride``, ``plan_present``, ``run_unit_override``) and its waits; a unit must stay
+failed ``FAILED_SETTLE_S`` before the health wait gives up (a restart whose stop ended in a kill shows it failed for
+a moment). Elsewhere: names, paths, systemctl, the rollback script (``_systemd``), env files (``_envfile``), /proc.
 """
 from __future__ import annotations
 
@@ -81,6 +78,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
 # llama.cpp's own defaults (common/common.h: hostname "127.0.0.1", port 8080).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+FAILED_SETTLE_S = 5.0
 
 HttpGet = Callable[[str, float], Tuple[int, str]]
 
@@ -311,13 +309,15 @@ class UnitOverride:
         started = self.clock()
         deadline = started + self.health_timeout
         baseline: int | None = None
+        failed_since: float | None = None
         last = "not checked yet"
         while True:
             info = self.unit_info(unit)
             restarts = int(info.get("NRestarts") or 0)
             baseline = restarts if baseline is None else baseline
             pid = int(info.get("MainPID") or 0)
-            if info["ActiveState"] == "failed":
+            failed_since = (self.clock() if failed_since is None else failed_since) if info["ActiveState"] == "failed" else None
+            if failed_since is not None and self.clock() - failed_since >= FAILED_SETTLE_S:
                 raise NotHealthyError(f"{unit} failed (Result={info.get('Result')}) before {url} answered"
                                       f"{self._port_note(port, pid, info)}", journal=self.sd.journal(unit, since), url=url)
             if restarts > baseline:

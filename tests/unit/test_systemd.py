@@ -630,6 +630,35 @@ def test_wait_healthy_stops_early_when_the_unit_dies(tmp_path: Path, unit: Dict[
     assert calls["n"] == 1
 
 
+def test_wait_healthy_gives_a_unit_seen_failed_a_moment_to_be_started_by_its_restart_job(tmp_path: Path) -> None:
+    """A restart whose stop ended in a kill (Result=timeout: a process that ignores SIGTERM) shows the unit failed
+    for a moment before the same restart job starts it: that is not a failed candidate."""
+    production = _production(tmp_path, pid=77)
+    unit = production["llama-server.service"]
+    unit.update({"ActiveState": "failed", "SubState": "failed", "Result": "timeout", "MainPID": "0"})
+    looks = {"n": 0}
+    real_info = uo.UnitOverride.unit_info
+
+    def unit_info(self: uo.UnitOverride, name: str) -> Dict[str, str]:
+        looks["n"] += 1
+        if looks["n"] == 3:  # the restart job goes on: the new process starts
+            unit.update({"ActiveState": "active", "SubState": "running", "Result": "success", "MainPID": "90"})
+        return real_info(self, name)
+
+    manager = _manager(tmp_path, FakeHost(production), {90: {"fds": ["socket:[31337]"]}}, health_timeout=600)
+    manager.unit_info = unit_info.__get__(manager)  # type: ignore[method-assign]
+    assert manager.wait_healthy("llama-server.service", "127.0.0.1", 8080, not_pid=77, since=None)["main_pid"] == 90
+    # a unit that stays failed is a failure, FAILED_SETTLE_S after it was first seen failed (not the health timeout)
+    (tmp_path / "b").mkdir()
+    stays = _production(tmp_path / "b", pid=77)
+    stays["llama-server.service"].update({"ActiveState": "failed", "Result": "exit-code", "MainPID": "0"})
+    manager = _manager(tmp_path / "b", FakeHost(stays), {}, health_timeout=600)
+    t0 = manager.clock()
+    with pytest.raises(uo.NotHealthyError, match=r"failed \(Result=exit-code\)"):
+        manager.wait_healthy("llama-server.service", "127.0.0.1", 8080, not_pid=77, since=None)
+    assert uo.FAILED_SETTLE_S <= manager.clock() - t0 < uo.FAILED_SETTLE_S + 1
+
+
 # ------------------------------------------------------------------ validation before anything happens
 
 
