@@ -156,7 +156,7 @@ def test_each_bad_value_is_refused_naming_the_variable_the_value_and_the_fix(run
     name, value = BAD[i]
     assert proc.returncode != 0
     found = failures(out)
-    assert [n for n, _ in found.get(f"bad{i}", [])] == [name], out[-3000:]
+    assert [pair[0] for pair in found.get(f"bad{i}", [])] == [name], out[-3000:]
     msg = found[f"bad{i}"][0][1]
     assert msg.startswith(f"bad{i}: {name}={json.dumps(value)} is not valid: {name} takes "), msg
     assert "nothing was changed" in msg and "Fix it where it is set" in msg

@@ -96,7 +96,7 @@ def test_kv_budget_and_spec_lint_read_the_same_path_alike(tmp_path: Path, capsys
     assert "failed" not in out and out["kv_budget"]["target"]["total_bytes"] > 0
     with pytest.raises(SpecdecError, match=r"draft \(the config.s --spec-draft-model\)=.*missing\.gguf: no such file"):
         run_spec_lint({"engine": "llamacpp", "flags": ["-m", path, "-md", str(tmp_path / "missing.gguf"),
-                                                        "--spec-type", "draft-simple"]})
+                                                       "--spec-type", "draft-simple"]})
     out = _kv_budget({"target": path, "draft": str(tmp_path / "missing.gguf")}, capsys)
     assert out["failed"] is True and "missing.gguf: no such file" in out["msg"]
 
