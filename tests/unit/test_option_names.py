@@ -216,9 +216,16 @@ def test_the_roles_read_specdec_engine_and_still_specdec_backend(tmp_path: Path)
 
 
 def test_a_bad_engine_fails_at_the_role_start_naming_the_variable(tmp_path: Path) -> None:
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-l",
-                           "specdec-demo", "-e", "specdec_engine=tgi"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
+    def preflight(*extra: str) -> str:
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-l",
+                               "specdec-demo", *extra], cwd=ROOT, env=ENV, capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert proc.returncode != 0
+        return proc.stdout + proc.stderr
+
+    # the role's own variable: its argument spec's choices
+    out = preflight("-e", "spec_preflight_engine=tgi")
     assert "spec_preflight_engine" in out and "tgi" in out and "llamacpp, vllm" in out
+    # the inventory's name: refused by the play's variable check, before the role starts
+    out = preflight("-e", "specdec_engine=tgi")
+    assert 'specdec_engine="tgi" is not valid: specdec_engine takes llamacpp or vllm' in out
