@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.filter import ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design, _judge
 

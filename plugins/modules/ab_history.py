@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - The host keeps one line per judged A/B run in C(<state_dir>/history.jsonl), read by C(playbooks/promote.yml)
     and C(playbooks/spec_watch.yml) when the controller has nothing (a new job container).
-  - The line carries its unit, so two units of one host keep apart (filter C(llmfleet.specdec.ab_history_last) with
+  - The line carries its unit, so two units of one host keep apart (the playbooks' lookup of the last run,
     a unit reads one unit's runs); the line of an earlier report of the same run and unit is replaced, every other
     line, readable or not, is kept.
   - The file is read, changed and replaced whole under an exclusive C(flock) of C(<state_dir>/history.lock)
@@ -32,7 +32,7 @@ options:
     type: str
     required: true
   line:
-    description: The run's history record, from filter C(llmfleet.specdec.ab_history_line) on its C(report.json).
+    description: The run's history record, as role C(llmfleet.specdec.spec_ab) makes it from its C(report.json).
     type: dict
     required: true
   state_dir:
@@ -46,10 +46,12 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Keep the run in the host's history
+# After llmfleet.specdec.spec_report judged a run: its line is the last of the controller's history.jsonl
+- name: Keep the run in the host's history too
   llmfleet.specdec.ab_history:
     unit: llama-server
-    line: "{{ lookup('ansible.builtin.file', report_dir ~ '/report.json') | from_json | llmfleet.specdec.ab_history_line }}"
+    line: "{{ (lookup('ansible.builtin.file', results_dir ~ '/' ~ inventory_hostname ~ '/history.jsonl').splitlines()
+              | last) | from_json }}"
   become: true
 """
 

@@ -62,7 +62,7 @@ options:
       - Who takes or holds the lock. C(run_id) is required (letters, digits and C(. _ @ + -)).
       - C(controller) (the controller's host name) and C(pid) (its C(ansible-playbook) process) are recorded for
         the message another run gets; C(boot_id), C(pid_ns) and C(start_ticks) prove later that this process is
-        gone. The filter C(llmfleet.specdec.ab_lock_owner) fills all of them in, and makes the run id unique.
+        gone. Role C(llmfleet.specdec.spec_ab) fills all of them in, and makes the run id unique.
       - Required with O(state=present) and O(state=absent).
     type: dict
   expires_after:
@@ -101,10 +101,12 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Take the unit's A/B lock, waiting up to 10 minutes for another run
+- name: Hold the unit's A/B lock during maintenance, waiting up to 10 minutes for a run to finish
   llmfleet.specdec.ab_lock:
     unit: llama-server
-    owner: "{{ ('run-' ~ now(utc=true, fmt='%Y%m%dT%H%M%SZ')) | llmfleet.specdec.ab_lock_owner }}"
+    owner:
+      run_id: maintenance-driver-upgrade
+      controller: "{{ lookup('ansible.builtin.pipe', 'hostname') }}"
     expires_after: 1020
     wait: 600
   become: true
@@ -121,7 +123,7 @@ EXAMPLES = r"""
     unit: llama-server
     state: absent
     owner:
-      run_id: run-20260101T000000Z
+      run_id: maintenance-driver-upgrade
   become: true
 """
 

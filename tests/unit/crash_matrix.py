@@ -40,7 +40,7 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
 
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 
-from ansible_collections.llmfleet.specdec.plugins.filter.envfile import env_file_changes  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_changes  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 from ab_runs import make_run
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.filter.ab import (
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import (
     ab_env,
     ab_expand,
     ab_look,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.filter.drift import watch_failing, watch_lines
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_drift import watch_failing, watch_lines
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift as drift
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host as host
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as host_state

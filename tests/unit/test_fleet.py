@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ab_runs import greedy_text, make_run
 
-from ansible_collections.llmfleet.specdec.plugins.filter.fleet import ab_batch, fleet_entries
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_fleet import ab_batch, fleet_entries
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp

@@ -53,7 +53,7 @@ def _role_plan_through_ansible(tmp_path: Path, overrides: dict) -> dict:
   tasks:
     - name: Write the plan
       ansible.builtin.copy:
-        content: "{{{{ llamacpp_build_options | llmfleet.specdec.llamacpp_build_plan | to_json }}}}"
+        content: "{{{{ llamacpp_build_options | llmfleet.specdec.internal('llamacpp_build_plan') | to_json }}}}"
         dest: "{out}"
         mode: "0644"
 """)

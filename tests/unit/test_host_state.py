@@ -16,7 +16,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.filter import host_state as hs_filter
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_host_state as hs_filter
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.modules import ab_lock

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.filter import paths as path_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_paths as path_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
 

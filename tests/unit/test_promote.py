@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.filter.envfile import env_file_lines
-from ansible_collections.llmfleet.specdec.plugins.filter.promote import (
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_lines
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import (
     BEGIN,
     END,
     promote_env,
@@ -169,7 +169,7 @@ def test_a_run_of_another_unit_is_never_promoted_onto_this_one() -> None:
 
 
 def test_the_newest_run_is_the_newest_of_this_unit() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.filter.host_state import ab_history_last
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_host_state import ab_history_last
 
     history = "\n".join([
         '{"run_id": "20261101T000000Z-aaaaaa"}',  # before history was kept per unit: counts for every unit

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.filter import ab as ab_filters
-from ansible_collections.llmfleet.specdec.plugins.filter import vllm as vllm_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_vllm as vllm_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
@@ -232,7 +232,7 @@ def test_zealot_archived_vllm_unit(rendered):
 
 def test_vllm_unit_keeps_a_promotion_on_redeploy(tmp_path):
     """vllm_serve writes the promotion record's block again (as llamacpp_serve does), so deploy.yml keeps it."""
-    from ansible_collections.llmfleet.specdec.plugins.filter.promote import BEGIN, promotion_record
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import BEGIN, promotion_record
 
     ngram = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
     report = {"run_id": "20261201T000000Z", "host": "frank-zealot", "baseline": "baseline",

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.filter.ab import ab_render, ab_report_configs, ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_render, ab_report_configs, ab_schedule
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import RenderError, render_candidate, render_configs
@@ -204,7 +204,7 @@ def _report(unit: dict) -> dict:
 
 
 def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.filter.units import exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 
     unit = unit_of(HAND)
@@ -229,7 +229,7 @@ def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
 
 
 def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.filter.units import exec_watch
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch
 
     unit = unit_of(HAND)
     report = _report(unit)

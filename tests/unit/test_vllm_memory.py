@@ -165,7 +165,7 @@ def test_kv_budget_module_backend_vllm(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_preflight_table_answers_fits_for_vllm() -> None:
     """The preflight's 'fits?' column was '?' for every vLLM config; it now reads kv_budget's vLLM answer."""
-    from ansible_collections.llmfleet.specdec.plugins.filter.preflight import preflight_results, preflight_table
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import preflight_results, preflight_table
 
     env = {"VLLM_SERVE_ARGS": "--max-model-len 1024", "VLLM_CPU_KVCACHE_SPACE": "1"}
     ok = vm.kv_budget_result({"env": env, "target": TARGET, "draft": DRAFT})

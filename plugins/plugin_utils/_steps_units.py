@@ -1,0 +1,45 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Controller-side steps for hand-written units (form exec): a winner's promoted drop-in, and the watch's command line.
+# Not filters of their own: roles and playbooks call them through filter llmfleet.specdec.internal.
+"""- ``report | llmfleet.specdec.internal('exec_promotion', winner, live, table, force)``: the drop-in (and env file) that makes a
+  form exec winner production (``_render.exec_promotion``), for ``playbooks/tasks/promote_exec.yml``.
+- ``watch_result | llmfleet.specdec.internal('exec_watch', evidence, live)``: spec_watch's result with the
+  command-line findings of a promoted form exec config added (``_serving_unit.command_drift``),
+  for ``playbooks/tasks/watch_exec.yml``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._render import exec_promotion as _exec_promotion
+from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import command_drift
+
+
+def exec_promotion(report: Any, winner: str, live: Any, table: Any = None, force: bool = False) -> dict[str, Any]:
+    if not isinstance(report, dict) or not isinstance(live, dict):
+        raise AnsibleFilterError("exec_promotion: give the run's report and the live unit (serving_unit_info)")
+    try:
+        return _exec_promotion(report, str(winner), live, list(table or []), bool(force))
+    except SpecdecError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def exec_watch(result: Any, evidence: Any, live: Any) -> dict[str, Any]:
+    if not isinstance(result, dict) or not isinstance(live, dict):
+        raise AnsibleFilterError("exec_watch: give spec_watch's result and the live unit (serving_unit_info)")
+    config = (evidence or {}).get("config") if isinstance(evidence, dict) else None
+    configs = ((evidence or {}).get("report") or {}).get("configs") or [] if isinstance(evidence, dict) else []
+    rendering = next((c.get("rendering") for c in configs if c.get("name") == config), None)
+    if any(f.get("kind") == "ab-in-progress" for f in result.get("findings") or []):
+        return result  # an A/B's candidate runs now: nothing of production's to judge
+    extra = command_drift(rendering, live)
+    if not extra:
+        return result
+    findings = list(result.get("findings") or []) + extra
+    host = str(result.get("summary") or "").split(":", 1)[0]
+    return dict(result, findings=findings, summary=_drift.summary_line(host, findings, result.get("config")))
