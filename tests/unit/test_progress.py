@@ -29,3 +29,20 @@ def test_background_build_and_install_print_progress_until_they_end(tmp_path: Pa
     assert len(install) >= 2 and install[0][0] == "installing" and install[-1][0] == "ended", install
     assert install[-1][2] == "4", install
     assert "INSTALL-END finished=1" in proc.stdout or "INSTALL-END finished=True" in proc.stdout
+
+
+def test_a_job_late_to_write_its_status_is_followed_to_its_end(tmp_path: Path) -> None:
+    """async_status says "could not find job" until the status file exists; in the first minute that is a job
+    starting on a busy host, not one that ended (the role used to report it ended, and the build failed)."""
+    (tmp_path / "async").mkdir()
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", FOLLOW_WORK=str(tmp_path),
+               ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(ROOT / "tests/unit/progress/follow_late.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    build = re.findall(r'"msg": "late-build on localhost, (\d+) s: (building|ended); ([^"]*)"', proc.stdout)
+    assert [state for _dummy, state, _dummy in build].count("ended") == 1 and build[-1][1:] == ("ended", "[ 100%] done"), build
+    assert int(build[-1][0]) >= 8, build  # not before the status file said so
+    assert "LATE-END rc=3 finished=" in proc.stdout
