@@ -1,8 +1,9 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # The filters release 0.1.0 published that were the roles' plumbing. They keep working until 1.0.0, each with the
-# deprecation warning of meta/runtime.yml (plugin_routing.filter); they have no documentation of their own, and the
-# collection itself calls the same code through filter internal.
+# deprecation warning of meta/runtime.yml (plugin_routing.filter) and a <name>.yml that says so (written from
+# runtime.yml by tests/sanity/deprecated_filter_docs.py); the collection itself calls the same code through filter
+# internal.
 from __future__ import annotations
 
 from typing import Any

@@ -40,7 +40,6 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
 
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_changes  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402
@@ -48,6 +47,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_over
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import env_config_from_mapping  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_deploy import UnitDeploy  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_changes  # noqa: E402
 
 UNIT = "llama-server.service"
 ALT = "llama-alt.service"

@@ -7,6 +7,9 @@ import pytest
 from ab_runs import make_run
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import (
     ab_env,
     ab_expand,
@@ -17,9 +20,6 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import 
     ab_schedule,
     spec_counters,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "breakeven"
 

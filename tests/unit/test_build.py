@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_build as build_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _toolchain as toolchain
 from ansible_collections.llmfleet.specdec.plugins.modules import llamacpp_toolchain
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_build as build_filters
 
 FIX = Path(__file__).parent / "fixtures" / "toolchain"
 GIT = {"kind": "git", "repo": "https://github.com/ggml-org/llama.cpp.git", "ref": "b10133"}

@@ -45,7 +45,10 @@ def test_ten_public_filters_and_one_internal_door_each_documented() -> None:
     files = sorted((ROOT / "plugins/filter").glob("*.py"))
     exported = set().union(*(_exported(f) for f in files if f.name != "deprecated.py"))
     assert exported == PUBLIC | {"internal"}
-    assert {p.stem for p in (ROOT / "plugins/filter").glob("*.yml")} == PUBLIC | {"internal"}
+    assert {p.stem for p in (ROOT / "plugins/filter").glob("*.yml")} == PUBLIC | {"internal"} | set(DEPRECATED)
+    for name in PUBLIC | {"internal"}:
+        doc = yaml.safe_load((ROOT / "plugins/filter" / f"{name}.yml").read_text())
+        assert "deprecated" not in doc["DOCUMENTATION"] and "llmfleet.specdec." in doc["EXAMPLES"], name
     # no public name is also a step: each idea has one door
     assert not PUBLIC & set(STEPS)
 
@@ -57,6 +60,12 @@ def test_every_released_plumbing_filter_is_deprecated_in_runtime_yml_and_still_w
     for name, entry in routing.items():
         assert entry["deprecation"]["removal_version"] == "1.0.0", name
         assert re.search(r"\buse (role|module|playbook|filter|ansible\.builtin)\b", entry["deprecation"]["warning_text"]), name
+    # each has documentation saying so (ansible-doc and galaxy-importer need one), written from runtime.yml
+    assert subprocess.run([sys.executable, str(ROOT / "tests/sanity/deprecated_filter_docs.py"), "--check"],
+                          capture_output=True, text=True, check=False).returncode == 0
+    for name in DEPRECATED:
+        doc = yaml.safe_load((ROOT / "plugins/filter" / f"{name}.yml").read_text())["DOCUMENTATION"]
+        assert doc["deprecated"]["removed_in"] == "1.0.0" and doc["short_description"].startswith("Deprecated - "), name
     from ansible_collections.llmfleet.specdec.plugins.filter.deprecated import FilterModule
     assert all(FilterModule().filters()[name] is STEPS[name] for name in DEPRECATED)
 

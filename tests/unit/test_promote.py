@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_lines
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import (
     BEGIN,
@@ -13,7 +14,6 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote im
     promotion_block,
     promotion_record,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 
 REPORT = {
     "run_id": "20261129T100000Z", "host": "frank-zealot", "baseline": "baseline", "finished": "2026-11-29T10:10:00",

@@ -5,10 +5,10 @@ import pytest
 from ab_runs import greedy_text, make_run
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import promote_env, promotion_record
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import promote_env, promotion_record
 
 DRAFT = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/draft.gguf"}
 Q4 = {"LLAMA_ARG_MODEL": "/m/target-q4_0.gguf"}

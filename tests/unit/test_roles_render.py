@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_vllm as vllm_filters
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_vllm as vllm_filters
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

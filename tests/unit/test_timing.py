@@ -6,11 +6,16 @@ import math
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_schedule
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_host_state import ab_dead_man
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_timing import ab_busy_counts, ab_model_files, ab_timing, ab_timing_record
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import plan_requests
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _timing
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_host_state import ab_dead_man
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_timing import (
+    ab_busy_counts,
+    ab_model_files,
+    ab_timing,
+    ab_timing_record,
+)
 
 CONFIGS = [{"name": "baseline", "env": {}},
            {"name": "draft", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}},

@@ -5,10 +5,10 @@ import shlex
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_render, ab_report_configs, ab_schedule
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import RenderError, render_candidate, render_configs
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_render, ab_report_configs, ab_schedule
 
 LLAMA = "/opt/specdec/bin/llama-server"
 HAND = [LLAMA, "-m", "/srv/t.gguf", "-md", "/srv/d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "3",
@@ -204,8 +204,8 @@ def _report(unit: dict) -> dict:
 
 
 def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
 
     unit = unit_of(HAND)
     report = _report(unit)
