@@ -12,13 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def test_background_build_and_install_print_progress_until_they_end(tmp_path: Path) -> None:
+def _follow(tmp_path: Path, playbook: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """Runs tests/unit/progress/<playbook> with its work folder in tmp_path; asserts it passed."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", FOLLOW_WORK=str(tmp_path),
-               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+               **extra_env)
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
-                           f"ansible_python_interpreter={sys.executable}", str(ROOT / "tests/unit/progress/follow.yml")],
+                           f"ansible_python_interpreter={sys.executable}", str(ROOT / "tests/unit/progress" / playbook)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return proc
+
+
+def test_background_build_and_install_print_progress_until_they_end(tmp_path: Path) -> None:
+    proc = _follow(tmp_path, "follow.yml")
     build = re.findall(r'"msg": "fake-build on localhost, \d+ s: (building|ended); ([^"]*)"', proc.stdout)
     install = re.findall(r'"msg": "vLLM test on localhost, \d+ s: (installing|ended); (\d+|\?) MB in the venv,\s+(\d+) packages"',
                          proc.stdout)
@@ -35,13 +42,7 @@ def test_a_job_late_to_write_its_status_is_followed_to_its_end(tmp_path: Path) -
     """async_status says "could not find job" until the status file exists; in the first minute that is a job
     starting on a busy host, not one that ended (the role used to report it ended, and the build failed)."""
     (tmp_path / "async").mkdir()
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", FOLLOW_WORK=str(tmp_path),
-               ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
-               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
-                           f"ansible_python_interpreter={sys.executable}", str(ROOT / "tests/unit/progress/follow_late.yml")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc = _follow(tmp_path, "follow_late.yml", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"))
     build = re.findall(r'"msg": "late-build on localhost, (\d+) s: (building|ended); ([^"]*)"', proc.stdout)
     assert [state for _dummy, state, _dummy in build].count("ended") == 1 and build[-1][1:] == ("ended", "[ 100%] done"), build
     assert int(build[-1][0]) >= 8, build  # not before the status file said so
