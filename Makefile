@@ -217,10 +217,14 @@ command -v podman >/dev/null && command -v runc >/dev/null && command -v deboots
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; }
 endef
 
+# The transport into the Molecule containers: containers.podman's podman connection with pipelining (one podman exec
+# per task instead of three and a mount; tests/testbed/connection_plugins/podman.py), found by its short name.
+podman_transport := ANSIBLE_CONNECTION_PLUGINS=$(CURDIR)/tests/testbed/connection_plugins ANSIBLE_PIPELINING=true
+
 # What a container host needs: the image booting systemd, the llama-server binary and the tiny models
 # (each built once and cached under $(CACHE)), exported for molecule/*/molecule.yml.
 define host_env
-export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf $(podman_transport); \
 image=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
 server=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) || exit 1; \
 export SPECDEC_HOST_IMAGE=$$image SPECDEC_LLAMA_SERVER_DIR=$$(dirname $$server) SPECDEC_MODELS_DIR=$(CACHE)/demo-models \
@@ -279,7 +283,7 @@ molecule: venv collection llama-server models win-models
 .PHONY: molecule-build
 molecule-build: venv collection llama-server models
 	@$(container_tools)
-	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf $(podman_transport); \
 	image=$$(molecule/build/build_image.sh | tail -1) || exit 1; \
 	mkdir -p $(CACHE)/ccache; \
 	export SPECDEC_BUILDER_IMAGE=$$image SPECDEC_MODELS_DIR=$(CACHE)/demo-models SPECDEC_CCACHE_DIR=$(CACHE)/ccache \
