@@ -155,19 +155,21 @@ test:
 	$(MAKE) --no-print-directory test-stages; \
 	$(PYTHON) tests/suite/stage_table.py $(STAGES)
 
-# The stages in their order. Side by side: the checks (ruff, sanity, conventions, pytest's unit tests: CPU, no
+# The stages in their order. Side by side: the checks (ruff, sanity, conventions) and pytest's unit tests (CPU, no
 # timing) with the two light Molecule lanes; then the two A/B lanes; then the scenarios that show a speed, alone;
 # then the build scenario beside pytest's integration tests (real llama-server and vLLM; no timed assertion).
-.PHONY: test-stages test-checks test-lane-a test-lane-b test-ab-lane-a test-ab-lane-b test-alone test-build \
+.PHONY: test-stages test-checks test-unit-stage test-lane-a test-lane-b test-ab-lane-a test-ab-lane-b test-alone test-build \
   test-integration-stage
 test-stages:
 	@$(stage) prepare $(MAKE) --no-print-directory prepare || { echo "make test: prepare failed, nothing else can run"; exit 1; }
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-checks test-lane-a test-lane-b || true
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-checks test-unit-stage test-lane-a test-lane-b || true
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-ab-lane-a test-ab-lane-b || true
 	@$(MAKE) --no-print-directory test-alone || true
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-build test-integration-stage || true
 test-checks:
-	@$(stage) checks $(MAKE) --no-print-directory -j1 -k stage-lint stage-sanity stage-conventions stage-test-unit
+	@$(stage) checks $(MAKE) --no-print-directory -j1 -k stage-lint stage-sanity stage-conventions
+test-unit-stage:
+	@$(stage) "pytest unit" $(MAKE) --no-print-directory test-unit
 test-lane-a:
 	@$(stage) "molecule light A" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_LANE_A)"
 test-lane-b:
