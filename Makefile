@@ -220,7 +220,7 @@ command -v podman >/dev/null && command -v runc >/dev/null && command -v deboots
 endef
 
 # The transport into the Molecule containers: containers.podman's podman connection with pipelining (one podman exec
-# per task instead of three and a mount; tests/testbed/connection_plugins/podman.py), found by its short name.
+# per task instead of four and a mount; tests/testbed/connection_plugins/podman.py), found by its short name.
 podman_transport := ANSIBLE_CONNECTION_PLUGINS=$(CURDIR)/tests/testbed/connection_plugins ANSIBLE_PIPELINING=true
 
 # What a container host needs: the image booting systemd, the llama-server binary and the tiny models

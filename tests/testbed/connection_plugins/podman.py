@@ -2,7 +2,7 @@
 # The test bed's transport into its Molecule containers: containers.podman's podman connection (what the
 # molecule podman driver's inventory names, ``ansible_connection: podman``) with pipelining, as a fleet's SSH
 # transport runs with this project's ansible.cfg. A module then travels over ``podman exec --interactive``'s stdin
-# in one exec, where the plain plugin needs a temporary directory, a copy, a chmod and a cleanup: three execs and a
+# in one exec, where the plain plugin needs a temporary directory, a copy, a chmod, the run and a cleanup: four execs and a
 # mount for every task. On the two-core test machine that was most of what a scenario's tasks cost. Files still go
 # through the container's mounted root (copy, template, fetch), mounted only when a task moves a file.
 #
