@@ -329,6 +329,15 @@ benchmark-ab: venv collection llama-server models
 	@$(host_env); \
 	PYTHONPATH=.build/collections $(PY) benchmarks/ab_overhead.py
 
+# The test bed's transport into the Molecule containers against containers.podman's own, on one systemd container:
+# wall and CPU seconds side by side, and their ratio (benchmarks/podman_transport.py).
+.PHONY: benchmark-transport
+benchmark-transport: venv collection
+	@$(container_tools)
+	@export CONTAINERS_CONF=$(CURDIR)/tests/testbed/containers.conf; \
+	SPECDEC_HOST_IMAGE=$$(tests/testbed/build_host_image.sh | tail -1) || exit 1; \
+	SPECDEC_HOST_IMAGE=$$SPECDEC_HOST_IMAGE $(PY) benchmarks/podman_transport.py
+
 # spec-ab.yml on 1 container host and on 3 at once (molecule/fleet's containers; not beside make molecule): wall
 # times against the goal "3 at once within 1.5x of one", and how far the measured rates moved.
 .PHONY: benchmark-fleet
