@@ -315,6 +315,10 @@ def parse_exec(value: str, table: Specifiers) -> List[ExecCommand]:
         first, pos, kept = extract_words_and_warn(value, pos)
         if first is None:
             break
+        if first == ";":
+            # systemd compares the unquoted first word: a lone ";" (quoted or not) is a separator, never a program,
+            # so ``ExecStart=; /bin/sh -c id`` runs /bin/sh
+            continue
         prefix, program = _split_prefix(first)
         path = resolve_specifiers(program, table)
         if not path:
@@ -385,6 +389,9 @@ def quote_exec_argv(argv: Sequence[str], prefix: str = "") -> str:
     if bad or prefix.count("-") > 1 or ("+" in prefix and "!" in prefix) or prefix.count("!") > 2:
         raise UnitSyntaxError(f"the ExecStart= prefix {prefix!r}: give nothing, or '-', '+', '!' or '!!'")
     program = argv[0]
+    if program == ";":
+        raise UnitSyntaxError("the program ';' is systemd's command separator, not a program: give the server's path "
+                              "first")
     if not program or any(c in program for c in "\\\"'%$ ") or any(ord(c) < 32 or ord(c) == 127 for c in program):
         raise UnitSyntaxError(f"the program {program!r} must be a plain path (no blanks, quotes, backslashes, % or $)")
     return prefix + program + "".join(" " + quote_exec_word(word) for word in argv[1:])

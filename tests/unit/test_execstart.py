@@ -59,6 +59,20 @@ def test_separate_argv0_and_semicolon() -> None:
     assert es.parse_exec("", TABLE) == [] and es.parse_exec("   ", TABLE) == []
 
 
+@pytest.mark.parametrize("value", ["; /bin/sh -c id", "\";\" /bin/sh -c id", "';' /bin/sh -c id"])
+def test_a_lone_semicolon_is_never_the_program(value: str) -> None:
+    # systemd compares the unquoted first word with ";" and skips it: the next word is the program it runs
+    assert [c.argv for c in es.parse_exec(value, TABLE)] == [("/bin/sh", "-c", "id")]
+
+
+def test_check_exec_start_refuses_a_semicolon_program_and_keeps_a_semicolon_argument() -> None:
+    with pytest.raises(es.UnitSyntaxError, match="separator"):
+        es.check_exec_start([";", "/bin/sh", "-c", "id"])
+    command = es.check_exec_start(["/opt/bin/llama-server", ";", "--port", "8080"])
+    assert [c.argv for c in es.parse_exec(command.lines().splitlines()[-1][len("ExecStart="):], TABLE)] == [
+        ("/opt/bin/llama-server", ";", "--port", "8080")]
+
+
 @pytest.mark.parametrize("value, why", [
     ("/bin/x 'open", "unbalanced"),
     ("/bin/x \"open\\\"", "unbalanced"),
