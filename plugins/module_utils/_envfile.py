@@ -141,6 +141,12 @@ def quote_value(value: str) -> str:
     return '"' + _DQ_SPECIAL.sub(r"\\\1", value) + '"'
 
 
+def comment_line(text: Any) -> str:
+    """One comment line for an env file or a unit file: no newline from a name may end it (the rest would be read
+    as an assignment or a directive), and no final backslash may (in systemd 252) continue it over the line below."""
+    return ("# " + " ".join(str(text).split())).rstrip("\\")
+
+
 def render_line(name: str, value: Any, where: str = "env") -> str:
     """One ``NAME=value`` assignment (validated; the value may span lines inside its quotes)."""
     text = check_env_value(name, value, where)

@@ -48,6 +48,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_comm
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,
+    comment_line,
     render_lines,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
@@ -281,6 +282,12 @@ def render_configs(configs: Sequence[Mapping[str, Any]], base_env: Mapping[str, 
     return out
 
 
+def _one_comment_line(line: Any) -> bool:
+    """A table line that is already one whole comment line, kept as written (its column alignment)."""
+    return (isinstance(line, str) and line.startswith("#") and not line.endswith("\\")
+            and len(line.splitlines()) == 1 and not any(c in line for c in "\r\n\x0b\x0c"))
+
+
 def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], table: Sequence[str] = (),
                    force: bool = False, env_dir: str = "/etc/llmfleet-specdec") -> Dict[str, Any]:
     """A form ``exec`` winner as a persistent drop-in (``es.PROMOTED_DROPIN``): its measured command line, and its
@@ -305,9 +312,11 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
                           "measured command line over the change")
     kept = dict(rendering.get("override") or {})
     env_path = f"{env_dir}/{unit}.promoted.env"
-    lines = [f"# Written by llmfleet.specdec playbooks/promote.yml: {unit} runs config {winner} of run {run}.",
+    # a config name, a run id or a table line with a newline would end its comment and write a directive
+    lines = [comment_line(f"Written by llmfleet.specdec playbooks/promote.yml: {unit} runs config {winner} of run "
+                          f"{run}."),
              "# Remove this file (and daemon-reload, restart) to go back to the unit's own command line."]
-    lines += [line if line.startswith("#") else "# " + line for line in table]
+    lines += [line if _one_comment_line(line) else comment_line(line.lstrip("#")) for line in table]
     lines.append("[Service]")
     if any(v is not None for v in kept.values()):
         lines.append(f"EnvironmentFile={env_path}")

@@ -38,10 +38,7 @@ def _fmt(value: Any, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def _comment(text: str) -> str:
-    """One comment line: no newline from a name may end it, and no final backslash may (in systemd 252)
-    continue it over the assignment below."""
-    return ("# " + " ".join(str(text).split())).rstrip("\\")
+_comment = envfile.comment_line
 
 
 def promotion_table(report: dict[str, Any], winner: str) -> list[str]:

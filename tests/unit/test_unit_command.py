@@ -228,6 +228,22 @@ def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
         exec_promotion(env_form, "x", unit)
 
 
+def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
+
+    unit = unit_of(HAND)
+    report = _report(unit)
+    report["configs"][1]["name"] = "d6\nExecStartPre=/bin/sh -c id"
+    report["run_id"] = "r1\n[Service]\nUser=root\\"
+    promo = exec_promotion(report, report["configs"][1]["name"], unit,
+                           ["# d6 | prose\nExecStopPost=/bin/true", "# trailing \\"])
+    keys = [a.key for a in es.unit_assignments(promo["text"])]
+    assert keys == ["EnvironmentFile", "ExecStart", "ExecStart"]
+    assert all(line.startswith("#") or line == "[Service]" or "=" in line for line in promo["text"].splitlines())
+    assert not any(line.rstrip().endswith("\\") for line in promo["text"].splitlines() if line.startswith("#"))
+
+
 def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
     from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch
 
