@@ -139,10 +139,12 @@ def write(directory: str, unit: str, text: str, *, check_mode: bool = False) -> 
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".llmfleet_specdec_", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # the mode through the descriptor, never by path: the directory is often writable by node_exporter's
+            # user, who could swap a symlink in for the temp name and have root chmod any file
+            os.fchmod(fh.fileno(), MODE)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, MODE)
         os.replace(tmp, path)
     except OSError as exc:
         try:

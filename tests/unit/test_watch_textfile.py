@@ -103,6 +103,27 @@ def test_the_file_is_written_whole_and_readable_by_node_exporter(tmp_path: Path)
         textfile.write(str(tmp_path / "missing"), "u", "")
 
 
+def test_a_symlink_swapped_in_for_the_temp_file_gets_no_chmod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the collector directory is often writable by node_exporter's user: between the write and the rename, that
+    # user swaps the temp name for a link to a file of root's; the watch (as root) must not change that file's mode
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    collector = tmp_path / "collector"
+    collector.mkdir()
+    real_fsync = os.fsync
+
+    def swap(fd: int) -> None:
+        real_fsync(fd)
+        (temp,) = [p for p in collector.iterdir() if p.name.endswith(".tmp")]
+        temp.unlink()
+        temp.symlink_to(victim)
+
+    monkeypatch.setattr(textfile.os, "fsync", swap)
+    textfile.write(str(collector), "llama-server.service", "x 1\n")
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600 and victim.read_text() == "secret"
+
+
 def test_the_module_refuses_a_missing_directory_before_it_watches(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = {"state_dir": str(tmp_path), "window": 300, "textfile_dir": str(tmp_path / "nope")}
