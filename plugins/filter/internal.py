@@ -54,6 +54,7 @@ STEPS: dict[str, Any] = {
     "ab_timing": _steps_timing.ab_timing, "ab_timing_record": _steps_timing.ab_timing_record,
     "ab_traffic": _steps_traffic.ab_traffic, "ab_traffic_mix": _steps_traffic.ab_traffic_mix,
     "exec_promotion": _steps_units.exec_promotion, "exec_watch": _steps_units.exec_watch,
+    "exec_start_line": _steps_units.exec_start_line, "unit_path": _steps_units.unit_path,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
 }
 

@@ -4,6 +4,10 @@
 # Not filters of their own: roles and playbooks call them through filter llmfleet.specdec.internal.
 """- ``report | llmfleet.specdec.internal('exec_promotion', winner, live, table, force)``: the drop-in (and env file) that makes a
   form exec winner production (``_render.exec_promotion``), for ``playbooks/tasks/promote_exec.yml``.
+- ``argv | llmfleet.specdec.internal('exec_start_line')``: the ``ExecStart=`` value of the roles' unit templates, quoted
+  for systemd (``_execstart.check_exec_start``: no ``%`` specifier, ``$`` variable or C escape of systemd's touches a word).
+- ``path | llmfleet.specdec.internal('unit_path', option)``: a path for a unit file's ``EnvironmentFile=`` and the
+  like, its ``%`` doubled (systemd's specifiers); refused when it is not absolute or holds a control character.
 - ``watch_result | llmfleet.specdec.internal('exec_watch', evidence, live)``: spec_watch's result with the
   command-line findings of a promoted form exec config added (``_serving_unit.command_drift``),
   for ``playbooks/tasks/watch_exec.yml``.
@@ -15,6 +19,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import exec_promotion as _exec_promotion
 from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import command_drift
@@ -27,6 +32,23 @@ def exec_promotion(report: Any, winner: str, live: Any, table: Any = None, force
         return _exec_promotion(report, str(winner), live, list(table or []), bool(force))
     except SpecdecError as exc:
         raise AnsibleFilterError(str(exc)) from None
+
+
+def exec_start_line(argv: Any) -> str:
+    if not isinstance(argv, (list, tuple)):
+        raise AnsibleFilterError(f"exec_start_line: give the command line as a list, not {argv!r}")
+    try:
+        command = es.check_exec_start([str(word) for word in argv])
+        return es.quote_exec_argv(command.argv, command.prefix)
+    except SpecdecError as exc:
+        raise AnsibleFilterError(f"the unit's command line {[str(w) for w in argv]!r}: {exc}") from None
+
+
+def unit_path(path: Any, option: str = "path") -> str:
+    text = str(path)
+    if not text.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise AnsibleFilterError(f"{option} {text!r} must be an absolute path without control characters")
+    return text.replace("%", "%%")
 
 
 def exec_watch(result: Any, evidence: Any, live: Any) -> dict[str, Any]:

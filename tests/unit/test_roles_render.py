@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
@@ -64,8 +65,11 @@ def env_file(root: Path, host: str, name: str) -> dict[str, str]:
 
 
 def exec_start(root: Path, host: str, name: str) -> list[str]:
+    """The argv systemd hands the process: its own parser, specifiers and $-expansion at spawn (with a HOME set,
+    so that a word the template left open to expansion would come back changed)."""
     line = next(x for x in (root / host / name).read_text().splitlines() if x.startswith("ExecStart="))
-    return shlex.split(line[len("ExecStart="):])
+    (command,) = es.parse_exec(line[len("ExecStart="):], {"n": name, "N": name.rsplit(".", 1)[0], "h": "/root"})
+    return list(es.expand_argv(command.argv, {"HOME": "/root", "X": "x"}).argv)
 
 
 # --------------------------------------------------------------------------- inventory and playbooks
@@ -228,6 +232,17 @@ def test_zealot_archived_vllm_unit(rendered):
     # docker keeps the container under its own scope: no --cgroups=split to ask for, no cgroup to delegate
     assert "--cgroups=split" not in argv
     assert "Delegate=" not in (rendered / "frank-zealot" / "vllm.service").read_text()
+
+
+def test_unit_templates_quote_every_word_for_systemd_not_for_a_shell(tmp_path):
+    # words that a shell quote leaves to systemd: a specifier, ${X}, a whole-word $X, a C escape, a blank
+    words = ["docker", "run", "-e", "NAME=%n", "${HOME}", "$X", "a\\nb", "two words", "it's"]
+    extra = json.dumps({"vllm_serve_exec_prefix": words, "vllm_serve_env_file": "/etc/llmfleet-specdec/v%i.env"})
+    root = render(tmp_path, "-l", "frank-zealot", "-e", extra)
+    argv = exec_start(root, "frank-zealot", "vllm.service")
+    assert argv[2:] == words
+    unit = (root / "frank-zealot" / "vllm.service").read_text()
+    assert "EnvironmentFile=/etc/llmfleet-specdec/v%%i.env" in unit
 
 
 def test_vllm_unit_keeps_a_promotion_on_redeploy(tmp_path):
