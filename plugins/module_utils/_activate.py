@@ -41,7 +41,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, request
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import probe
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
     ProcView,
     parse_proc_net_tcp,
@@ -212,12 +212,7 @@ class Processes:
 # ------------------------------------------------------------------ HTTP
 
 
-def http_get(url: str, timeout: float) -> Tuple[int, str]:
-    try:
-        with request("GET", url, timeout=timeout, total_timeout=2 * timeout, use_proxy=False) as reply:
-            return reply.status, reply.read(2048).decode("utf-8", "replace")
-    except HttpError as exc:
-        return 0, str(exc)
+http_get = probe  # the health probe: no proxy, no redirect
 
 
 def free_port() -> int:
@@ -273,11 +268,36 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 META = {meta!r}
 SCRIPT = {script!r}
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def put_back(path, text, mode):
+    """The previous file again, atomically, through a temp name nobody can guess that has its final mode from its
+    first byte (an env file may hold tokens: never world-readable, not even for a moment)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def say(message):
@@ -312,18 +332,14 @@ def main():
             except FileNotFoundError:
                 pass
         else:
-            tmp = facts + ".rollback.tmp"
-            with open(tmp, "w") as handle:
-                handle.write(meta["facts_before"])
-            os.chmod(tmp, 0o644)
-            os.rename(tmp, facts)
+            put_back(facts, meta["facts_before"], 0o644)
     failed = []
     for unit in meta["units"]:
         subprocess.call(["systemctl", "reset-failed", unit["unit"]])
         if subprocess.call(["systemctl", "restart", unit["unit"]]) != 0:
             failed.append(unit["unit"])
     deadline = time.monotonic() + meta["health_timeout"]
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}), NoRedirect())
     waiting = [unit for unit in meta["units"] if unit["unit"] not in failed]
     while waiting and time.monotonic() < deadline:
         for unit in list(waiting):

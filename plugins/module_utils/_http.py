@@ -291,12 +291,12 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None
 
 def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, data: bytes | None = None,
             timeout: float = 30, total_timeout: float | None = None, validate_certs: bool = True,
-            use_proxy: bool = False, sensitive: Iterable[str] = ()) -> HttpReply:
+            use_proxy: bool = False, sensitive: Iterable[str] = (), follow_redirects: bool = True) -> HttpReply:
     """Send one request (following up to :data:`MAX_REDIRECTS` redirects) and return the open reply of any status.
 
     ``sensitive`` names headers (besides :data:`CREDENTIAL_HEADERS`) that must not leave the first
-    origin; ``total_timeout`` None is ``timeout`` + :data:`TOTAL_GRACE`. Raises :class:`HttpError`
-    with the URL redacted.
+    origin; ``total_timeout`` None is ``timeout`` + :data:`TOTAL_GRACE`; ``follow_redirects`` False returns a
+    redirect as the reply it is. Raises :class:`HttpError` with the URL redacted.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout <= 0:
         raise HttpError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
@@ -356,7 +356,7 @@ def request(method: str, url: str, *, headers: Mapping[str, str] | None = None, 
                 conn = _connection(scheme, host, port, per_op, watchdog, context)
             resp = _send(conn, method, target, data, send, label, timeout, watchdog)
             location = resp.headers.get("Location")
-            if resp.status not in REDIRECT_STATUSES or not location:
+            if resp.status not in REDIRECT_STATUSES or not location or not follow_redirects:
                 return HttpReply(resp, conn, watchdog, label, timeout)
             resp.close()
             conn.close()
@@ -395,3 +395,16 @@ def _send(conn: http.client.HTTPConnection, method: str, target: str, data: byte
                             "or set validate_certs=false for a server you trust") from None
         raise HttpError(f"{label}: cannot reach the server ({type(exc).__name__}: {redact_text(exc)}); "
                         "is it running and is the URL right?") from None
+
+
+def probe(url: str, timeout: float) -> tuple[int, str]:
+    """A health probe: (status, the start of the body); status 0 when nothing answered. Never through a proxy and
+    never to where a redirect points: health is the answer of the server asked (a 3xx is not health), so a server
+    that redirects cannot make another origin's 200 count for it. ``total_timeout`` bounds the whole exchange, so
+    a server that drips its reply cannot stall a health wait."""
+    try:
+        with request("GET", url, timeout=timeout, total_timeout=2 * timeout, use_proxy=False,
+                     follow_redirects=False) as reply:
+            return reply.status, reply.read(2048).decode("utf-8", "replace")
+    except HttpError as exc:
+        return 0, str(exc)

@@ -157,13 +157,20 @@ def remove(path):
         return False
 
 
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 def healthy(pid_before):
     show = subprocess.run(["systemctl", "show", CONFIG["unit"], "-p", "MainPID", "--value"],
                           stdout=subprocess.PIPE, universal_newlines=True)
     pid = show.stdout.strip()
     if pid in ("", "0") or pid == pid_before:
         return None
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}), NoRedirect())
     try:
         with opener.open(CONFIG["url"], timeout=2) as reply:
             return pid if reply.status == 200 else None

@@ -124,11 +124,36 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 META = {meta!r}
 SCRIPT = {script!r}
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def put_back(path, text, mode):
+    """The previous file again, atomically, through a temp name nobody can guess that has its final mode from its
+    first byte (an env file may hold tokens: never world-readable, not even for a moment)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def say(message):
@@ -153,11 +178,7 @@ def main():
             except FileNotFoundError:
                 pass
         else:
-            tmp = item["path"] + ".specdec-rollback.tmp"
-            with open(tmp, "w") as handle:
-                handle.write(item["before"])
-            os.chmod(tmp, item["mode_before"])
-            os.rename(tmp, item["path"])
+            put_back(item["path"], item["before"], item["mode_before"])
     say("DEPLOY OF " + meta["unit"] + " NOT CONFIRMED: put back " + ", ".join(i["path"] for i in meta["files"]))
     before = subprocess.run(["systemctl", "show", meta["unit"], "-p", "MainPID", "--value"],
                             stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
@@ -165,7 +186,7 @@ def main():
     subprocess.call(["systemctl", "reset-failed", meta["unit"]])
     rc = subprocess.call(["systemctl", "restart", meta["unit"]])
     deadline = time.monotonic() + meta["health_timeout"]
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}), NoRedirect())
     pid = None
     while rc == 0 and time.monotonic() < deadline:
         now = subprocess.run(["systemctl", "show", meta["unit"], "-p", "MainPID", "--value"],

@@ -52,7 +52,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._execstart import ExecStart, check_exec_start
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import HttpError, request
+from ansible_collections.llmfleet.specdec.plugins.module_utils._http import probe
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
     ProcView,
     environment_files,
@@ -148,18 +148,9 @@ def plan_present(files_match: bool, serving_candidate: bool, timer_armed: bool, 
 # ------------------------------------------------------------------ HTTP
 
 
-def http_get(url: str, timeout: float) -> Tuple[int, str]:
-    """(status, start of body); status 0 when nothing answered. Never uses a proxy.
-
-    Through the collection's one HTTP client: ``total_timeout`` bounds the whole exchange, so a server that
-    drips its reply cannot stall a health wait beyond it (the dead-man script keeps its own few lines of
-    urllib: it runs standalone under systemd, without this collection).
-    """
-    try:
-        with request("GET", url, timeout=timeout, total_timeout=2 * timeout, use_proxy=False) as reply:
-            return reply.status, reply.read(2048).decode("utf-8", "replace")
-    except HttpError as exc:
-        return 0, str(exc)
+# The health probe: the collection's one HTTP client, no proxy, no redirect (``_http.probe``; the dead-man script
+# keeps its own few lines of urllib: it runs standalone under systemd, without this collection).
+http_get = probe
 
 
 # ------------------------------------------------------------------ the vehicle

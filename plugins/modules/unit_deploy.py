@@ -158,7 +158,7 @@ ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),
     files=dict(type="list", elements="dict", required=True, options=dict(
         path=dict(type="path", required=True),
-        content=dict(type="str", required=True, no_log=False),
+        content=dict(type="str", required=True, no_log=True),
         mode=dict(type="raw", required=True),
     )),
     rollback_after=dict(type="int", required=True),

@@ -86,3 +86,90 @@ def test_a_server_that_drips_its_reply_is_cut_off(server: Tuple[str, int]) -> No
     host, port = server
     status, body = uo.http_get(f"http://{host}:{port}/drip", 0.5)
     assert status == 0 and "total_timeout" in body
+
+
+class _Redirect(http.server.BaseHTTPRequestHandler):
+    target = ""
+
+    def do_GET(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", self.target)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def redirecting(server: Tuple[str, int]) -> Iterator[str]:
+    """A server whose /health redirects to another origin's healthy /health."""
+    host, port = server
+    handler = type("R", (_Redirect,), {"target": uo.health_url(host, port)})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield uo.health_url("127.0.0.1", httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_redirect_is_not_health_and_is_not_followed(redirecting: str) -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate
+
+    assert uo.http_get(redirecting, 2.0)[0] == 302
+    assert _activate.http_get(redirecting, 2.0)[0] == 302
+
+
+def _script_namespace(text: str) -> dict:
+    namespace: dict = {"__name__": "rollback_script"}
+    exec(compile(text, "rollback", "exec"), namespace)  # defines its functions; main() runs only as __main__
+    return namespace
+
+
+def _scripts() -> list:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate, _systemd, _unit_deploy
+
+    return [_systemd.render_rollback_script(_systemd.override_paths("llama-server"), "/usr/bin/python3",
+                                            "http://127.0.0.1:8080/health", 30),
+            _activate.render_rollback_script(_activate.build_paths("/opt/llama.cpp/current"), "/usr/bin/python3"),
+            _unit_deploy.render_rollback_script(_unit_deploy.deploy_paths("llama-server"), "/usr/bin/python3")]
+
+
+def test_the_dead_man_scripts_do_not_follow_a_redirect_either(redirecting: str, server: Tuple[str, int]) -> None:
+    import urllib.error
+    import urllib.request
+
+    for text in _scripts():
+        namespace = _script_namespace(text)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), namespace["NoRedirect"]())
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            opener.open(redirecting, timeout=2)
+        assert caught.value.code == 302
+        with opener.open(uo.health_url(*server), timeout=2) as reply:  # a plain 200 still counts
+            assert reply.status == 200
+
+
+def test_the_put_back_is_never_readable_by_others(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import stat
+
+    for text in _scripts()[1:]:
+        namespace = _script_namespace(text)
+        target = tmp_path / "llama-server.env"
+        target.write_text("new")
+        seen = []
+        real_fdopen = namespace["os"].fdopen
+
+        def spy(fd, *args, seen=seen, real_fdopen=real_fdopen, **kwargs):
+            seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+            return real_fdopen(fd, *args, **kwargs)
+
+        monkeypatch.setattr(namespace["os"], "fdopen", spy)
+        namespace["put_back"](str(target), "API_KEY=secret\n", 0o600)
+        monkeypatch.undo()
+        assert seen == [0o600]  # the mode before the first byte is written
+        assert target.read_text() == "API_KEY=secret\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["llama-server.env"]
