@@ -104,15 +104,31 @@ vllm-testbed:
 win-models: venv
 	PYTHONPATH=tests $(PY) -m testbed.models --win $(CACHE)/win-models
 
-# The main job on the embedded default: inspect the demo models, preflight the demo host's configs, then
-# the A/B protocol (role spec_ab, what spec-ab.yml runs) against a podman container booting systemd that
-# serves the real llama-server; prints the verdict table and the report's path.
-demo: venv collection llama-server models
-	$(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml
-	$(VENV)/bin/ansible-playbook playbooks/preflight.yml -l specdec-demo
-	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=ab
-	@echo "A/B report: $$(ls -d $(CURDIR)/results/specdec-molecule-ab/*/ | sort | tail -1)report.md"
-	@echo "fleet report: $$(ls -d $(CURDIR)/results/_fleet/*/ | sort | tail -1)fleet.md"
+# The main job on the embedded default, on the win test bed where speculation really pays on this CPU: inspect the
+# demo models, preflight the demo host's configs (legal? silently off? fits? worth it?), then the story on a podman
+# container booting systemd that serves the memory-bound target (molecule/win): the A/B that confirms the draft's
+# win on the declared traffic, its promotion under the dead-man, the watch saying it holds, and production's config
+# put back. Ends with the verdicts, the report's and the pictures' paths, and a table of where the time went.
+DEMO_STAGES := $(CURDIR)/.build/demo-stages.tsv
+.PHONY: demo demo-prepare demo-stages
+demo:
+	@mkdir -p .build; : > $(DEMO_STAGES); \
+	export SPECDEC_STAGES=$(DEMO_STAGES) SPECDEC_STAGES_T0=$$(date +%s); \
+	rc=0; $(stage) prepare $(MAKE) --no-print-directory demo-prepare && $(MAKE) --no-print-directory demo-stages || rc=1; \
+	report=$$(ls -d $(CURDIR)/results/specdec-molecule-win/*/ 2>/dev/null | sort | tail -1); \
+	if [ -n "$$report" ]; then \
+	  echo; sed -n '/^## Confirmatory verdict/,/^## /p' $${report}report.md | sed '$$d'; \
+	  echo "A/B report: $${report}report.md"; \
+	  for png in verdicts_forest per_shape_forest tok_s_per_shape acceptance_by_position; do \
+	    [ -f "$${report}$$png.png" ] && echo "picture: $${report}$$png.png"; done; \
+	fi; \
+	echo; $(PYTHON) tests/suite/stage_table.py $(DEMO_STAGES) "make demo" || rc=1; exit $$rc
+demo-prepare: packages venv collection
+	@$(MAKE) --no-print-directory -j4 --output-sync=target llama-server models win-models
+demo-stages:
+	@$(stage) inspect $(VENV)/bin/ansible-playbook playbooks/demo_inspect.yml && \
+	$(stage) preflight $(VENV)/bin/ansible-playbook playbooks/preflight.yml -l specdec-demo && \
+	$(stage) "A-B, promote, watch, put back" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=win
 
 lint: venv
 	$(PY) -m ruff check .

@@ -85,7 +85,7 @@ class ActionModule(ActionBase):
                 warnings.extend(plot_notes)
         files: dict[Path, bytes] = {
             report_dir / "report.json": _report.to_json(document).encode("utf-8"),
-            report_dir / "report.md": _report.markdown(document, images=sorted(images)).encode("utf-8"),
+            report_dir / "report.md": _report.markdown(document, images=list(images)).encode("utf-8"),
         }
         for name, data in sorted(images.items()):
             files[report_dir / name] = data

@@ -94,6 +94,18 @@ def shape_cells(requests: Sequence[Mapping[str, Any]], metric: str) -> dict[int,
     return {rnd: sum(v) / len(v) for rnd, v in sums.items()}
 
 
+def pooled_noise(gathered: Mapping[str, Any], baseline: str, names: Sequence[str], shape: str,
+                 metric: str = "decode") -> tuple[float, int] | None:
+    """One shape's pooled residual SD (of a round's mean log rate) and its degrees of freedom, from the block model
+    over every config measured: the noise every config's absolute rate on that shape is read at. None when the
+    run has no residual degrees of freedom yet."""
+    table = {n: shape_cells(gathered[n]["shape_requests"].get(shape, []), metric) for n in names if n in gathered}
+    fit = _design.fit_blocks(table, baseline)
+    if fit is None or fit.s is None or fit.df <= 0:
+        return None
+    return fit.s, fit.df
+
+
 def cells(gathered: Mapping[str, Any], names: Sequence[str], weights: Mapping[str, float], metric: str
           ) -> dict[str, dict[int, float]]:
     """config -> round -> log of the mix rate (time-weighted over ``weights``; a round that misses one of the

@@ -61,6 +61,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
     round_log_means,
     round_rate_ci,
     round_ratio_ci,
+    t_quantile,
     verdict,
 )
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm, _design, _predict
@@ -329,7 +330,8 @@ def _gather(run: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]
 
 def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: str, is_baseline: bool,
          ref: Mapping[tuple[str, int], str], boot: dict[str, Any],
-         analysis: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+         analysis: Mapping[str, Mapping[str, Any]] | None = None,
+         pooled: tuple[float, int] | None = None) -> dict[str, Any]:
     reqs = cfg["shape_requests"].get(shape, [])
     samples = _rate_samples(reqs)
     row: dict[str, Any] = {"config": cfg["name"], "shape": shape, "n_requests": len(samples),
@@ -343,7 +345,7 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
     row["n"] = f"{len(per_round)}x{min(n for _m, n in per_round.values())}" if per_round else "0x0"
     if samples and boot["method"] == "rounds":
         row["median_tok_s"] = median(samples.values())
-        row["tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = round_rate_ci(samples, alpha=boot["alpha"])
+        row["tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = _block_rate(samples, pooled, boot["alpha"])
     elif samples:
         row["median_tok_s"], row["tok_s_ci_low"], row["tok_s_ci_high"] = bootstrap_median_ci(
             samples, n=boot["n"], seed=seed, alpha=boot["alpha"])
@@ -383,6 +385,21 @@ def _row(cfg: dict[str, Any], shape: str, base: dict[str, Any] | None, status: s
         row["ci_verdict"] = verdict(ci.low, ci.high) if enough else "too few requests"
     row["verdict"] = _row_verdict(row, status, is_baseline, bool(base_samples))
     return row
+
+
+def _block_rate(samples: Mapping[Any, float], pooled: tuple[float, int] | None,
+                alpha: float) -> tuple[float, float | None, float | None]:
+    """A config's rate on one shape: the geometric mean over rounds of its round means, with its interval at the
+    block model's pooled residual (``pooled``: SD and df from every config of the run), not at the config's own
+    few rounds (two rounds give one degree of freedom: an interval from a twentieth to thirty times the rate).
+    Without residual degrees of freedom yet, the config's own t interval (none at one round)."""
+    if pooled is None:
+        return round_rate_ci(samples, alpha=alpha)
+    s, df = pooled
+    means = [m for m, _n in round_log_means(samples).values()]
+    mean = sum(means) / len(means)
+    half = t_quantile(1.0 - alpha / 2.0, df) * s / math.sqrt(len(means))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _analysed(row: dict[str, Any], a: Mapping[str, Any] | None, fewest: int) -> None:
@@ -511,6 +528,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
     family = [c["name"] for c in run["configs"] if c["name"] != baseline_name and c["name"] not in probes]
     per_shape = ({s: _confirm.shape_analysis(gathered, baseline_name, family, s, design) for s in shapes}
                  if method == "rounds" else {})
+    pooled = ({s: _confirm.pooled_noise(gathered, baseline_name, [baseline_name, *family], s) for s in shapes}
+              if method == "rounds" else {})
     configs: dict[str, Any] = {}
     for c in run["configs"]:
         g = gathered[c["name"]]
@@ -519,7 +538,8 @@ def judge(run: Any, *, d_s_ms: float | Mapping[str, float] | None = None, n_boot
         load_gate = _loadgate.config_gate(g["entries"])  # texts under concurrent load (issue 13)
         status, problems = _loadgate.judge_status(status, problems, load_gate, is_base,
                                                   {"FAILED": FAILED, "INVALID": INVALID})
-        rows = {s: _row(g, s, base if base["requests"] else None, status, is_base, ref, boot, per_shape.get(s))
+        rows = {s: _row(g, s, base if base["requests"] else None, status, is_base, ref, boot, per_shape.get(s),
+                        pooled.get(s))
                 for s in shapes}
         for s, r in rows.items():
             if r["should_draft"] and r["engaged"] is False and status not in (NOT_ENGAGED, FAILED):

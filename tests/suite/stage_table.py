@@ -1,5 +1,5 @@
 # Prints `make test`'s stage table (the rows tests/suite/stage.sh wrote) and fails when a stage failed.
-"""Usage: python3 stage_table.py TABLE.tsv
+"""Usage: python3 stage_table.py TABLE.tsv [WHAT]
 
 TABLE.tsv holds one row per stage, ``name<TAB>start<TAB>seconds<TAB>result``, ``start`` being seconds after the
 suite started and ``result`` ``ok`` or ``FAILED (exit N)``. A stage run inside another is named ``PARENT/NAME``
@@ -48,12 +48,12 @@ def ordered(stages: list[Stage]) -> list[Stage]:
     return sorted(stages, key=key)
 
 
-def render(stages: list[Stage]) -> list[str]:
+def render(stages: list[Stage], what: str = "make test") -> list[str]:
     rows = [(("  " * s.name.count("/")) + s.name.rsplit("/", 1)[-1], str(s.start), str(s.seconds), s.result)
             for s in ordered(stages)]
     head = ("stage", "start", "seconds", "result")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
-    out = ["make test, stage by stage (start: seconds after the suite began; an indented stage ran inside the one "
+    out = [f"{what}, stage by stage (start: seconds after it began; an indented stage ran inside the one "
            "above it; stages with the same start ran side by side)"]
     for row in [head, *rows]:
         out.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}")
@@ -66,15 +66,16 @@ def render(stages: list[Stage]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     path = Path(argv[1])
+    what = argv[2] if len(argv) == 3 else "make test"
     stages = read_stages(path) if path.exists() else []
     if not stages:
-        print(f"make test: no stage recorded in {path} (the suite stopped before its first stage ended)")
+        print(f"{what}: no stage recorded in {path} (it stopped before its first stage ended)")
         return 1
-    print("\n".join(render(stages)))
+    print("\n".join(render(stages, what)))
     return 0 if all(s.result == "ok" for s in stages) else 1
 
 

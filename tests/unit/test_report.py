@@ -192,7 +192,8 @@ def test_plots_are_valid_pngs_of_sensible_size(document):
 
     files, notes = _plots.render(document)
     assert notes == []
-    assert set(files) == {"tok_s_per_shape.png", "acceptance_by_position.png"}
+    assert list(files) == ["verdicts_forest.png", "per_shape_forest.png", "tok_s_per_shape.png",
+                           "acceptance_by_position.png"]
     for data in files.values():
         width, height = png_size(data)
         assert 600 <= width <= 4000 and 300 <= height <= 2000
@@ -208,7 +209,7 @@ def test_no_acceptance_plot_without_per_position_counters():
     run = make_run({"baseline": {}, "d": {"chain": ["draft-simple"], "draft": (10, 5), "speedup": 1.2}})
     doc = rp.build_document(run, jd.judge(run, n_boot=100))
     files, notes = _plots.render(doc)
-    assert set(files) == {"tok_s_per_shape.png"}
+    assert set(files) == {"verdicts_forest.png", "per_shape_forest.png", "tok_s_per_shape.png"}
     assert "no per-position acceptance counters" in notes[0]
 
 
@@ -290,7 +291,8 @@ def test_action_writes_the_report_and_is_idempotent(playbook_run):
     report_dir = work / "results" / "specdec-demo" / "20261129T120000Z"
     assert first["changed"] is True and first["report_dir"] == str(report_dir)
     assert sorted(p.name for p in report_dir.iterdir()) == [
-        "acceptance_by_position.png", "report.json", "report.md", "tok_s_per_shape.png"]
+        "acceptance_by_position.png", "per_shape_forest.png", "report.json", "report.md", "tok_s_per_shape.png",
+        "verdicts_forest.png"]
     doc = json.loads((report_dir / "report.json").read_text())
     assert doc["schema"] == "llmfleet.specdec/ab-report/1"
     assert doc["environment"]["controller"]["ansible_core"]
@@ -323,7 +325,7 @@ def test_action_check_mode_writes_nothing(playbook_run):
     assert dry["changed"] is True
     assert not (work / "dry").exists()
     assert str(work / "dry" / "specdec-demo" / "history.jsonl") in dry["written"]
-    assert len(dry["written"]) == 5
+    assert len(dry["written"]) == 7
 
 
 def test_action_returns_job_stats(playbook_run):
@@ -384,5 +386,5 @@ def test_a_run_that_measured_nothing_still_renders_a_report():
     assert "never became healthy in 120 s" in md
     assert "nothing can be compared" in md
     files, notes = _plots.render(doc)
-    assert files == {} and len(notes) == 2
+    assert files == {} and len(notes) == 3
     assert json.loads(rp.history_line(doc))["configs"]["d"]["status"] == "FAILED"
