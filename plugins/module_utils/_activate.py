@@ -277,15 +277,12 @@ SCRIPT = {script!r}
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
-
     def redirect_request(self, *args, **kwargs):
-        return None
+        return None  # health is the answer of the server asked: a redirect is not health
 
 
 def put_back(path, text, mode):
-    """The previous file again, atomically, through a temp name nobody can guess that has its final mode from its
-    first byte (an env file may hold tokens: never world-readable, not even for a moment)."""
+    # atomically, through a temp name nobody can guess, with its final mode from its first byte
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
     try:
         os.fchmod(fd, mode)
