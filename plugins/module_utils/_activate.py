@@ -211,9 +211,7 @@ class Processes:
 
 # ------------------------------------------------------------------ HTTP
 
-
 http_get = probe  # the health probe: no proxy, no redirect
-
 
 def free_port() -> int:
     """A loopback port nothing listens on now (the kernel's choice)."""
