@@ -209,9 +209,8 @@ class Processes:
         return pid in owners or any(within_cgroup(self.view.cgroup(owner), control_group) for owner in owners)
 
 
-# ------------------------------------------------------------------ HTTP
-
 http_get = probe  # the health probe: no proxy, no redirect
+
 
 def free_port() -> int:
     """A loopback port nothing listens on now (the kernel's choice)."""
