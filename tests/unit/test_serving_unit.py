@@ -285,3 +285,42 @@ def test_the_module_refuses_a_pending_change_in_check_mode_and_force_goes_ahead(
     out = main(start_from_running=True, force=True)
     assert not out.get("failed") and out["changed"] is False and "LLAMA_ARG_PORT" in out["pending_change"]
     assert [c[:2] for c in systemd.calls] == [["systemctl", "show"]] * len(systemd.calls)  # read only
+
+
+def test_on_the_fake_host_a_hand_edit_is_pending_until_the_operator_restarts(tmp_path: Path) -> None:
+    """fakesystemd (the crash matrix's host): a started unit's /proc is what systemd gave it; an env file edited
+    by hand, or a unit file changed without daemon-reload, is named; the fix the refusal names clears it."""
+    from fakesystemd import FakeSystemd as Host
+
+    binary = tmp_path / "opt" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    env = tmp_path / "etc" / "llama-server.env"
+    env.parent.mkdir(parents=True)
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/target.gguf\n")
+    unit_file = tmp_path / "etc" / "llama-server.service"
+    unit_file.write_text(f"[Service]\nEnvironmentFile={env}\nExecStart={binary} --port 8080\n")
+    host = Host(tmp_path)
+    host.create({"llama-server.service": {"unit_file": str(unit_file), "binary": str(binary), "fragment": True}})
+
+    def now() -> dict:
+        live = su.read_unit("llama-server", host.run, proc=str(host.proc), run_dir=str(host.run_dir),
+                            specifiers=lambda unit, fragment: {})
+        return su.pending_changes(live, proc=str(host.proc))
+
+    assert now() == {"compared": True, "why": None, "differences": []}
+    pid = host.state()["units"]["llama-server.service"]["pid"]
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/other.gguf\n")  # by hand, no restart
+    assert [d["detail"] for d in now()["differences"]] == [
+        "LLAMA_ARG_MODEL: running '/m/target.gguf', next start '/m/other.gguf'"]
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/target.gguf\n")
+    unit_file.write_text(unit_file.read_text() + "Environment=LLAMA_ARG_THREADS=4\n")  # no daemon-reload
+    assert [d["what"] for d in now()["differences"]] == ["unit files", "environment"]
+    # the check changed nothing: the same process serves, no restart was asked of systemd
+    assert host.state()["units"]["llama-server.service"]["pid"] == pid
+    calls = host.state()["calls"]
+    assert calls and all(call[:2] == ["systemctl", "show"] for call in calls)
+    # the fix the refusal names: daemon-reload and restart; production then runs what its files say
+    host.run(["systemctl", "daemon-reload"])
+    host.run(["systemctl", "restart", "llama-server.service"])
+    assert now() == {"compared": True, "why": None, "differences": []}
