@@ -139,7 +139,7 @@ def _task_names(path: str) -> list:
     ("playbooks/deploy.yml", "The llama-server unit"),
     ("playbooks/tasks/build_host.yml", None),
     ("playbooks/build.yml", "Install the tarball its family's first host exported, and switch 'current'"),
-    ("roles/spec_ab/tasks/main.yml", "Check mode is a dry run - the plan is printed, nothing is measured or written"),
+    ("roles/spec_ab/tasks/main.yml", "Preflight every config"),
 ])
 def test_every_host_changing_path_starts_from_what_runs_before_its_first_change(path: str, first_change: str) -> None:
     """Issue 31: the running process is compared with what a restart would start before the path changes anything
