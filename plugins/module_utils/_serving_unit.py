@@ -26,6 +26,7 @@ import glob
 import os
 import platform
 import re
+import shlex
 import socket
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
@@ -35,7 +36,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_comm
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import cgroup_path, parse_show, within_cgroup
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, cgroup_path, parse_show, within_cgroup
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import DROPIN_NAME, Runner, override_paths, service_name
 
 PROMOTED_DROPIN = es.PROMOTED_DROPIN
@@ -418,3 +419,106 @@ def dropin_endpoint(dropin_text: str, env: Mapping[str, str], unit: str) -> Tupl
         return uc.endpoint(uc.describe(list(argv), env, None, unit), unit)
     except SpecdecError:
         return None
+
+
+# ------------------------------------------------------------------ start from what runs
+
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CRED", re.I)
+# variables that configure the server: one the process has and the unit no longer sets is a pending change
+_SERVER_VARS = ("LLAMA_", "VLLM_", "SPECDEC_")
+
+
+def _shown(name: str, value: str | None) -> str:
+    if value is None:
+        return "unset"
+    if _SECRET.search(name):
+        return "(hidden)"
+    return repr(value if len(value) <= 80 else value[:77] + "...")
+
+
+def _expected_running_argv(live: Mapping[str, Any]) -> List[str] | None:
+    """The /proc cmdline the unit's next start gives its main process, or None when it cannot be said (vLLM's
+    launcher builds it from the env, which is compared on its own)."""
+    argv = list(live.get("argv") or [])
+    if live.get("kind") != "launcher":
+        return argv
+    if live.get("engine") != "llamacpp":
+        return None
+    at = argv.index(live["launcher"])
+    if at + 1 >= len(argv):
+        return None
+    # roles/llamacpp_serve/files/llamacpp-serve-exec: execv(binary, [binary] + fixed args + split(LLAMA_EXTRA_ARGS))
+    try:
+        extra = shlex.split((live.get("env") or {}).get("LLAMA_EXTRA_ARGS", ""))
+    except ValueError:
+        return None
+    return [argv[at + 1], *argv[at + 2:], *extra]
+
+
+def _exe(proc: str, pid: int) -> str | None:
+    try:
+        return os.readlink(os.path.join(proc, str(pid), "exe"))
+    except OSError:
+        return None
+
+
+def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, Any]:
+    """What a restart of the unit would start that its running process does not run: the command line, the
+    environment, the server's binary (a build switched or replaced on disk) and unit files systemd has not loaded
+    (``NeedDaemonReload``). ``compared`` is false, with ``why``, when there is nothing to compare (the unit is not
+    installed or not running) or the running process is an A/B candidate (the lock and override checks decide)."""
+    out: Dict[str, Any] = {"compared": False, "why": None, "differences": []}
+    if not live.get("installed"):
+        out["why"] = f"not installed ({live.get('why')})"
+        return out
+    running = live.get("running") or {}
+    pid = int(running.get("pid") or 0)
+    if not pid or live.get("active_state") not in ("active", "reloading"):
+        out["why"] = (f"not running (ActiveState={live.get('active_state') or 'unknown'}); its next start is what "
+                      "the unit files say")
+        return out
+    if live.get("override_active"):
+        out["why"] = "an A/B candidate's override is live; the running process is the candidate"
+        return out
+    out["compared"] = True
+    diffs: List[Dict[str, str]] = out["differences"]
+    if live.get("need_daemon_reload"):
+        diffs.append({"what": "unit files", "detail": "the unit's files changed on disk since systemd loaded them "
+                      "(NeedDaemonReload=yes)"})
+    now = running.get("argv")
+    want = _expected_running_argv(live)
+    if now is not None and want is not None and list(now) != want:
+        diffs.append({"what": "command line", "detail": f"running `{' '.join(now)[:300]}`, next start "
+                      f"`{' '.join(want)[:300]}` ({live.get('exec_start_source')})"})
+    environ = ProcView(proc).environ(pid)
+    unit_env = dict(live.get("env") or {})
+    if environ:  # empty: /proc/<pid>/environ unreadable (not root) or the process gone
+        names = sorted(n for n in unit_env if environ.get(n) != unit_env[n])
+        names += sorted(n for n in environ if n not in unit_env and n.startswith(_SERVER_VARS))
+        for name in names:
+            diffs.append({"what": "environment", "detail": f"{name}: running {_shown(name, environ.get(name))}, "
+                          f"next start {_shown(name, unit_env.get(name))}"})
+    program = (want or [None])[0] if live.get("kind") in ("direct", "launcher") else None
+    exe = _exe(proc, pid)
+    if program and exe and os.path.isabs(program) and (want is not None):
+        if exe.endswith(" (deleted)"):
+            diffs.append({"what": "build", "detail": f"the running binary {exe[:-10]} was replaced or removed on disk "
+                          "since it started"})
+        elif os.path.realpath(program) != exe:
+            diffs.append({"what": "build", "detail": f"running {exe}, next start {os.path.realpath(program)} "
+                          f"({program})"})
+    return out
+
+
+def pending_text(pending: Mapping[str, Any]) -> str:
+    """The differences in one line, for the refusal and the run's record."""
+    return "; ".join(f"{d['what']}: {d['detail']}" for d in pending.get("differences") or [])
+
+
+def refuse_pending(unit: str, pending: Mapping[str, Any], host: str = "") -> str:
+    """The one-line refusal: what differs, that nothing changed, and the two ways on."""
+    where = f"{unit} on {host}" if host else unit
+    return (f"{where}: what a restart would start differs from what runs ({pending_text(pending)}). Nothing "
+            f"was changed. Restart it yourself first (systemctl daemon-reload && systemctl restart {unit}) and "
+            "check that it serves, or put the unit's files back to what runs; or add -e specdec_force=true to go "
+            "ahead with the pending change (it is named in the run's record)")

@@ -47,6 +47,24 @@ options:
         RV(serving_unit.installed=false) instead, for a preflight before the unit is deployed.
     type: bool
     default: true
+  start_from_running:
+    description:
+      - Compare the running process with what a restart of the unit would start (RV(serving_unit.pending)): its
+        command line, its environment, the server's binary (a build switched or replaced on disk) and unit files
+        systemd has not loaded yet (C(NeedDaemonReload)). A difference fails, naming it and the fix, before a play
+        changes the unit: its restarts would otherwise apply a change nobody verified, and its way back would be
+        the files on disk, not the production that ran.
+      - A unit that is not installed or not running, or whose running process is an A/B candidate (an override of
+        M(llmfleet.specdec.unit_override) is live), has nothing to compare and passes.
+      - Fails in check mode too, so that a dry run shows the refusal.
+    type: bool
+    default: false
+  force:
+    description:
+      - With O(start_from_running=true), report a difference (RV(pending_change)) instead of failing, to go ahead
+        with the pending change knowingly.
+    type: bool
+    default: false
 notes:
   - Run it as root (C(become=true)) so that every unit file and env file can be read.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers; see C(molecule/units).
@@ -139,6 +157,12 @@ serving_unit:
       description: What systemd also warns about (unknown escapes kept with their backslash).
       type: list
       elements: str
+    pending:
+      description:
+        - What a restart would start that the running process does not run - C(compared) (false, with C(why),
+          when there is nothing to compare) and C(differences), each a C(what) (V(unit files), V(command line),
+          V(environment), V(build)) and a C(detail). Values of variables whose names look secret are hidden.
+      type: dict
   sample:
     unit: llama-server.service
     installed: true
@@ -149,6 +173,11 @@ serving_unit:
     server_at: 1
     exec_prefix: ""
     endpoint: {host: 127.0.0.1, port: 8080, url: "http://127.0.0.1:8080"}
+pending_change:
+  description: The differences of RV(serving_unit.pending) in one line (empty when there are none), for a run's record.
+  returned: always
+  type: str
+  sample: "environment: LLAMA_ARG_CTX_SIZE: running '4096', next start '8192'"
 """
 
 import traceback
@@ -156,13 +185,21 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import not_installed, read_unit
+from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import (
+    not_installed,
+    pending_changes,
+    pending_text,
+    read_unit,
+    refuse_pending,
+)
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", default="llama-server"),
     engine=dict(type="str", choices=["llamacpp", "vllm"], aliases=["backend"],
                 deprecated_aliases=[dict(name="backend", version="1.0.0", collection_name="llmfleet.specdec")]),
     required=dict(type="bool", default=True),
+    start_from_running=dict(type="bool", default=False),
+    force=dict(type="bool", default=False),
 )
 
 
@@ -172,7 +209,8 @@ def main() -> None:
     if module.get_bin_path("systemctl") is None:
         if p["required"]:
             module.fail_json(msg=f"{p['unit']}: this host has no systemctl; serving units are systemd services")
-        module.exit_json(changed=False, serving_unit=not_installed(p["unit"], "this host has no systemctl"))
+        module.exit_json(changed=False, serving_unit=not_installed(p["unit"], "this host has no systemctl"),
+                         pending_change="")
     try:
         unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["engine"])
     except SpecdecError as exc:
@@ -180,7 +218,12 @@ def main() -> None:
     if not unit["installed"] and p["required"]:
         module.fail_json(msg=f"{unit['unit']}: {unit['why']}; deploy the unit (role llmfleet.specdec.llamacpp_serve, "
                              "or your own unit file) or name the right one in specdec_unit", serving_unit=unit)
-    module.exit_json(changed=False, serving_unit=unit)
+    unit["pending"] = pending_changes(unit)
+    pending_change = pending_text(unit["pending"])
+    if p["start_from_running"] and pending_change and not p["force"]:
+        module.fail_json(msg=refuse_pending(unit["unit"], unit["pending"]), serving_unit=unit,
+                         pending_change=pending_change)
+    module.exit_json(changed=False, serving_unit=unit, pending_change=pending_change)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ What it keeps of systemd's behaviour, because the crash matrix depends on it:
 - a started unit's process exists in the fake ``/proc``: environ, cgroup, stat, an fd on its listening socket in
   ``net/tcp``; a stopped one's does not. An env with ``FAKE_FAIL_START=1`` fails to start;
 - a unit may have a unit file (``unit_file``): its ``Environment=`` and ``EnvironmentFile=`` lines count from
-  the last ``daemon-reload`` on, like drop-ins; a unit may run a ``binary`` (a path through a link such as a
+  the last ``daemon-reload`` on, like drop-ins (with ``fragment``, ``FragmentPath`` names it, so that
+  ``_serving_unit.read_unit`` reads it); a unit may run a ``binary`` (a path through a link such as a
   llama.cpp build's ``current``), resolved when it starts: a build directory holding ``BROKEN`` fails to start;
 - ``systemd-run`` without ``--on-calendar`` starts a transient service (a build's canary, from its spec file).
 
@@ -113,7 +114,8 @@ class FakeSystemd:
             state["units"][name] = {"env_files": list(spec.get("env_files", [])),
                                     "environment": dict(spec.get("environment", {})), "active": "inactive", "pid": 0,
                                     "nrestarts": 0, "dropins": {}, "result": "success",
-                                    "unit_file": spec.get("unit_file"), "unit_text": None, "binary": spec.get("binary")}
+                                    "unit_file": spec.get("unit_file"), "unit_text": None, "binary": spec.get("binary"),
+                                    "fragment": bool(spec.get("fragment"))}
             self._load_unit_file(state["units"][name])
         self._memory = state
         for name in units:
@@ -507,7 +509,8 @@ class FakeSystemd:
                       "MainPID": str(unit["pid"]), "NRestarts": str(unit["nrestarts"]), "Result": unit["result"],
                       "NeedDaemonReload": "yes" if on_disk != unit["dropins"] or (
                           unit.get("unit_file") and self._unit_text_on_disk(unit) != unit["unit_text"]) else "no",
-                      "DropInPaths": " ".join(unit["dropins"]), "FragmentPath": f"/etc/systemd/system/{name}",
+                      "DropInPaths": " ".join(unit["dropins"]), "FragmentPath": unit["unit_file"] if unit.get("fragment") else
+                      f"/etc/systemd/system/{name}",
                       "ControlGroup": f"/system.slice/{name}",
                       "Environment": " ".join(f"{k}={v}" for k, v in unit["environment"].items()),
                       "EnvironmentFiles": [f"{p} (ignore_errors=no)" for p in env_files]}

@@ -116,3 +116,42 @@ def test_promote_takes_its_health_timeout_from_the_inventory(tmp_path: Path) -> 
                     "-e", "specdec_promote_rollback_after=1000", inventory=str(inventory))
     assert proc.returncode != 0
     assert "specdec_promote_rollback_after (1000 s) must be longer than twice the health timeout (600 s)" in said(proc)
+
+
+def _task_names(path: str) -> list:
+    """The task names of a playbook (every play) or task file, in order, blocks flattened."""
+    data = yaml.safe_load((ROOT / path).read_text())
+    plays = data if data and "hosts" in data[0] else [{"tasks": data}]
+    names: list = []
+
+    def walk(tasks: list) -> None:
+        for task in tasks or []:
+            names.append(task.get("name", ""))
+            for key in ("block", "rescue", "always"):
+                walk(task.get(key))
+    for play in plays:
+        walk(play.get("tasks"))
+    return names
+
+
+@pytest.mark.parametrize(("path", "first_change"), [
+    ("playbooks/promote.yml", "Take the unit's lock (no A/B run starts on it while it is promoted)"),
+    ("playbooks/deploy.yml", "The llama-server unit"),
+    ("playbooks/tasks/build_host.yml", None),
+    ("playbooks/build.yml", "Install the tarball its family's first host exported, and switch 'current'"),
+    ("roles/spec_ab/tasks/main.yml", "Preflight every config"),
+])
+def test_every_host_changing_path_starts_from_what_runs_before_its_first_change(path: str, first_change: str) -> None:
+    """Issue 31: the running process is compared with what a restart would start before the path changes anything
+    (and before the A/B's dry run stops, so that --check is refused too)."""
+    names = _task_names(path)
+    checks = [i for i, name in enumerate(names) if name.startswith("Start from what runs")]
+    assert checks, f"{path} does not start from what runs"
+    if first_change is not None:
+        assert checks[0] < names.index(first_change)
+    text = (ROOT / path).read_text()
+    assert "require_start_from_running.yml" in text or "start_from_running: true" in text
+    shared = yaml.safe_load((ROOT / "playbooks/tasks/require_start_from_running.yml").read_text())
+    check = shared[0]["llmfleet.specdec.serving_unit_info"]
+    assert check["start_from_running"] is True and "specdec_force" in check["force"]
+    assert shared[0]["check_mode"] is False  # the dry run is refused too

@@ -5,6 +5,7 @@ temporary directory); molecule/units runs the same reading against a real system
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ LLAMA = "/opt/specdec/bin/llama-server"
 
 class FakeSystemd:
     def __init__(self, tmp: Path, unit_text: str, dropins: dict[str, str] | None = None, *, pid: int = 0,
-                 show_argv: str | None = None, load: str = "loaded") -> None:
+                 show_argv: str | None = None, load: str = "loaded", reload: str = "no",
+                 active: str = "active") -> None:
         self.fragment = tmp / "etc" / "llama.service"
         self.fragment.parent.mkdir(parents=True, exist_ok=True)
         self.fragment.write_text(unit_text)
@@ -32,13 +34,15 @@ class FakeSystemd:
         self.pid = pid
         self.show_argv = show_argv
         self.load = load
+        self.reload = reload
+        self.active = active
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: list[str]) -> tuple[int, str, str]:
         self.calls.append(list(argv))
         assert argv[:2] == ["systemctl", "show"], argv
         lines = [f"LoadState={self.load}", f"FragmentPath={self.fragment}", f"DropInPaths={' '.join(self.dropins)}",
-                 "NeedDaemonReload=no", f"MainPID={self.pid}", "ActiveState=active", "Type=exec"]
+                 f"NeedDaemonReload={self.reload}", f"MainPID={self.pid}", f"ActiveState={self.active}", "Type=exec"]
         if self.show_argv is not None:
             lines.append(f"ExecStart={{ path={self.show_argv.split()[0]} ; argv[]={self.show_argv} ; "
                          "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
@@ -151,3 +155,172 @@ def test_systemd_is_not_asked_while_the_ab_drop_in_or_unreloaded_files_are_loade
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /a --spec-draft-n-max 1")
     systemd.dropins.append(str(ab))
     assert read(tmp_path, systemd)["argv"] == [LLAMA, "-m", "/a"]
+
+
+# ------------------------------------------------------------------ start from what runs (issue 31)
+
+
+def _process(tmp: Path, pid: int, argv: list[str], env: dict[str, str], exe: str | None = None) -> None:
+    """A process in the fake /proc as the kernel shows it: cmdline, environ (as systemd gave it), exe."""
+    d = tmp / "proc" / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cmdline").write_bytes(b"\0".join(w.encode() for w in argv) + b"\0")
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
+    if exe:
+        os.symlink(exe, d / "exe")
+
+
+def _builds(tmp: Path) -> tuple[Path, Path, Path]:
+    """Two llama.cpp builds and a `current` link on the first, as role llamacpp_build lays them out."""
+    b1, b2 = tmp / "llama" / "b1", tmp / "llama" / "b2"
+    for b in (b1, b2):
+        (b / "bin").mkdir(parents=True)
+        (b / "bin" / "llama-server").write_text("")
+    current = tmp / "llama" / "current"
+    current.symlink_to(b1)
+    return b1, b2, current
+
+
+def _launcher_unit(tmp: Path, env_text: str) -> tuple[Path, str, str]:
+    env = tmp / "llama.env"
+    env.write_text(env_text)
+    _b1, _b2, current = _builds(tmp)
+    binary = str(current / "bin" / "llama-server")
+    unit = f"[Service]\nEnvironmentFile={env}\nExecStart=/usr/bin/python3 /usr/local/libexec/llamacpp-serve-exec {binary}\n"
+    return env, binary, unit
+
+
+def pending(tmp: Path, systemd: FakeSystemd) -> dict:
+    return su.pending_changes(read(tmp, systemd), proc=str(tmp / "proc"))
+
+
+def test_a_unit_that_runs_what_its_files_say_has_no_pending_change(tmp_path: Path) -> None:
+    _env, binary, unit = _launcher_unit(tmp_path, "LLAMA_ARG_PORT=9090\nLLAMA_EXTRA_ARGS=--metrics\n")
+    # the launcher execs llama-server: the process is [binary, *LLAMA_EXTRA_ARGS], its environment the env file's
+    _process(tmp_path, 42, [binary, "--metrics"], {"PATH": "/usr/bin", "LLAMA_ARG_PORT": "9090",
+                                                   "LLAMA_EXTRA_ARGS": "--metrics", "INVOCATION_ID": "x"},
+             exe=os.path.realpath(binary))
+    got = pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42))
+    assert got == {"compared": True, "why": None, "differences": []}
+
+
+def test_a_hand_edit_of_the_env_file_without_restart_is_named_and_refused(tmp_path: Path) -> None:
+    env, binary, unit = _launcher_unit(tmp_path, "LLAMA_ARG_PORT=9090\nLLAMA_ARG_CTX_SIZE=4096\nHF_TOKEN=sekrit1\n")
+    _process(tmp_path, 42, [binary], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_CTX_SIZE": "4096", "HF_TOKEN": "sekrit1",
+                                      "LLAMA_ARG_FLASH_ATTN": "on"}, exe=os.path.realpath(binary))
+    env.write_text("LLAMA_ARG_PORT=9090\nLLAMA_ARG_CTX_SIZE=8192\nHF_TOKEN=sekrit2\n")  # by hand, no restart
+    got = pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42))
+    details = [d["detail"] for d in got["differences"]]
+    assert [d["what"] for d in got["differences"]] == ["environment"] * 3
+    assert details == ["HF_TOKEN: running (hidden), next start (hidden)",
+                       "LLAMA_ARG_CTX_SIZE: running '4096', next start '8192'",
+                       "LLAMA_ARG_FLASH_ATTN: running 'on', next start unset"]
+    msg = su.refuse_pending("llama.service", got, "frank-zealot")
+    assert "\n" not in msg and "sekrit" not in msg
+    assert msg.startswith("llama.service on frank-zealot: what a restart would start differs from what runs")
+    assert "LLAMA_ARG_CTX_SIZE: running '4096', next start '8192'" in msg
+    assert "Nothing was changed" in msg and "systemctl restart llama.service" in msg and "specdec_force=true" in msg
+
+
+def test_unreloaded_files_a_changed_command_line_and_a_switched_build_are_each_named(tmp_path: Path) -> None:
+    b1, b2, current = _builds(tmp_path)
+    binary = str(current / "bin" / "llama-server")
+    _process(tmp_path, 42, [binary, "-m", "/a"], {}, exe=str(b1 / "bin" / "llama-server"))
+    (current).unlink()
+    current.symlink_to(b2)  # 'current' switched without a restart
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={binary} -m /b\n", pid=42, reload="yes")
+    got = pending(tmp_path, systemd)
+    assert [d["what"] for d in got["differences"]] == ["unit files", "command line", "build"]
+    assert "NeedDaemonReload=yes" in got["differences"][0]["detail"]
+    assert f"running `{binary} -m /a`, next start `{binary} -m /b`" in got["differences"][1]["detail"]
+    assert got["differences"][2]["detail"] == (f"running {b1}/bin/llama-server, next start {b2}/bin/llama-server "
+                                               f"({binary})")
+    # a binary replaced in place: the kernel marks the running one deleted
+    (tmp_path / "proc" / "42" / "exe").unlink()
+    os.symlink(f"{b2}/bin/llama-server (deleted)", tmp_path / "proc" / "42" / "exe")
+    got = pending(tmp_path, FakeSystemd(tmp_path, f"[Service]\nExecStart={binary} -m /a\n", pid=42))
+    assert [d["what"] for d in got["differences"]] == ["build"] and "replaced or removed" in got["differences"][0]["detail"]
+
+
+def test_nothing_to_compare_for_a_stopped_unit_or_a_live_candidate(tmp_path: Path) -> None:
+    text = f"[Service]\nExecStart={LLAMA} -m /a\n"
+    stopped = pending(tmp_path, FakeSystemd(tmp_path, text, pid=0, active="inactive"))
+    assert stopped["compared"] is False and "not running" in stopped["why"] and stopped["differences"] == []
+    _process(tmp_path, 42, [LLAMA, "-m", "/candidate"], {})
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab.parent.mkdir(parents=True)
+    ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} -m /candidate\n")
+    live = pending(tmp_path, FakeSystemd(tmp_path, text, pid=42))
+    assert live["compared"] is False and "candidate" in live["why"]
+    assert su.pending_changes(su.not_installed("llama.service", "gone"))["compared"] is False
+
+
+def test_the_module_refuses_a_pending_change_in_check_mode_and_force_goes_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import functools
+    import json
+
+    env, binary, unit = _launcher_unit(tmp_path, "LLAMA_ARG_PORT=9090\n")
+    _process(tmp_path, 42, [binary], {"LLAMA_ARG_PORT": "9090"}, exe=os.path.realpath(binary))
+    systemd = FakeSystemd(tmp_path, unit, pid=42)
+    table = {"n": "llama.service", "N": "llama", "p": "llama", "i": "", "t": "/run", "H": "box"}
+    monkeypatch.setattr(serving_unit_info.AnsibleModule, "get_bin_path", lambda self, name: "/bin/systemctl")
+    monkeypatch.setattr(serving_unit_info.AnsibleModule, "run_command", lambda self, argv: systemd(argv))
+    monkeypatch.setattr(serving_unit_info, "read_unit", functools.partial(
+        su.read_unit, run_dir=str(tmp_path / "run"), proc=str(tmp_path / "proc"), specifiers=lambda u, f: table))
+    monkeypatch.setattr(serving_unit_info, "pending_changes",
+                        functools.partial(su.pending_changes, proc=str(tmp_path / "proc")))
+
+    def main(**args: Any) -> dict:
+        with patch_module_args({"unit": "llama", "_ansible_check_mode": True, **args}), pytest.raises(SystemExit):
+            serving_unit_info.main()
+        return json.loads(capsys.readouterr().out)
+
+    assert main(start_from_running=True)["pending_change"] == ""
+    env.write_text("LLAMA_ARG_PORT=9191\n")  # a pending change: the next start moves the port
+    out = main()
+    assert not out.get("failed") and out["pending_change"] == "environment: LLAMA_ARG_PORT: running '9090', next start '9191'"
+    out = main(start_from_running=True)
+    assert out["failed"] and "LLAMA_ARG_PORT: running '9090', next start '9191'" in out["msg"] and "\n" not in out["msg"]
+    out = main(start_from_running=True, force=True)
+    assert not out.get("failed") and out["changed"] is False and "LLAMA_ARG_PORT" in out["pending_change"]
+    assert [c[:2] for c in systemd.calls] == [["systemctl", "show"]] * len(systemd.calls)  # read only
+
+
+def test_on_the_fake_host_a_hand_edit_is_pending_until_the_operator_restarts(tmp_path: Path) -> None:
+    """fakesystemd (the crash matrix's host): a started unit's /proc is what systemd gave it; an env file edited
+    by hand, or a unit file changed without daemon-reload, is named; the fix the refusal names clears it."""
+    from fakesystemd import FakeSystemd as Host
+
+    binary = tmp_path / "opt" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    env = tmp_path / "etc" / "llama-server.env"
+    env.parent.mkdir(parents=True)
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/target.gguf\n")
+    unit_file = tmp_path / "etc" / "llama-server.service"
+    unit_file.write_text(f"[Service]\nEnvironmentFile={env}\nExecStart={binary} --port 8080\n")
+    host = Host(tmp_path)
+    host.create({"llama-server.service": {"unit_file": str(unit_file), "binary": str(binary), "fragment": True}})
+
+    def now() -> dict:
+        live = su.read_unit("llama-server", host.run, proc=str(host.proc), run_dir=str(host.run_dir),
+                            specifiers=lambda unit, fragment: {})
+        return su.pending_changes(live, proc=str(host.proc))
+
+    assert now() == {"compared": True, "why": None, "differences": []}
+    pid = host.state()["units"]["llama-server.service"]["pid"]
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/other.gguf\n")  # by hand, no restart
+    assert [d["detail"] for d in now()["differences"]] == [
+        "LLAMA_ARG_MODEL: running '/m/target.gguf', next start '/m/other.gguf'"]
+    env.write_text("LLAMA_ARG_PORT=8080\nLLAMA_ARG_MODEL=/m/target.gguf\n")
+    unit_file.write_text(unit_file.read_text() + "Environment=LLAMA_ARG_THREADS=4\n")  # no daemon-reload
+    assert [d["what"] for d in now()["differences"]] == ["unit files", "environment"]
+    # the check changed nothing: the same process serves, no restart was asked of systemd
+    assert host.state()["units"]["llama-server.service"]["pid"] == pid
+    calls = host.state()["calls"]
+    assert calls and all(call[:2] == ["systemctl", "show"] for call in calls)
+    # the fix the refusal names: daemon-reload and restart; production then runs what its files say
+    host.run(["systemctl", "daemon-reload"])
+    host.run(["systemctl", "restart", "llama-server.service"])
+    assert now() == {"compared": True, "why": None, "differences": []}
