@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Screens speculative candidates against the running production server: replayed acceptance, predicted rate, no restart.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spec_screen
+short_description: Predict what each speculative candidate would do, from the running production server, with no restart
+version_added: 0.2.0
+description:
+  - Reads production's greedy continuations of the screen's prompts as token ids (C(/tokenize), then C(/completion)
+    with C(return_tokens) at temperature 0), its step time from their timings, and the cost of verifying a batch of
+    K + 1 tokens on a cached prefix. Requests only; production is never restarted, reconfigured or stopped.
+  - Replays each candidate's drafting rounds against those tokens as llama-server runs them (the first token from the
+    prefill, then per step a draft of up to K tokens, the common prefix accepted and the target's correction added),
+    which gives the mean accepted length and the acceptance per draft position of every K of a sweep.
+  - A plain draft model (C(draft-simple)) runs beside production on a spare loopback port (O(drafter_port), checked
+    free first) as a transient systemd unit with a runtime limit (O(drafter_runtime_max)), asked for its greedy
+    tokens from each prefix (llama.cpp's C(p_min)/C(n_min) stopping rules applied), and stopped at the end in every
+    case. The n-gram proposers C(ngram-simple) and C(ngram-mod) are replayed without any server (ported from the
+    pinned llama.cpp tree).
+  - Trained heads that read the target's hidden states (C(draft-mtp), C(draft-eagle3), C(draft-dflash),
+    C(draft-dspark)), C(ngram-map-k), C(ngram-map-k4v), C(ngram-cache) and chains are reported C(screenable=false) with
+    the reason; the A/B measures them.
+  - Per candidate and K, the predicted decode tokens/s with a 95 % interval (the requests resampled with the measured
+    step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
+options:
+  endpoint:
+    description: Production's base URL (llama-server), as the A/B measures it.
+    type: str
+    default: http://127.0.0.1:8080
+  candidates:
+    description:
+      - The configs to screen, as the A/B takes them. Each has C(name), C(env) (C(LLAMA_ARG_SPEC_TYPE),
+        C(LLAMA_ARG_SPEC_DRAFT_MODEL), C(LLAMA_ARG_SPEC_DRAFT_N_MAX), C(LLAMA_ARG_SPEC_DRAFT_P_MIN),
+        C(LLAMA_ARG_SPEC_DRAFT_N_MIN)), optional C(flags) (for example C(--spec-ngram-mod-n-match 24)) and optional
+        C(ks), the depths to predict (a sweep; default 1, 2, 3, 4, 6, 8 and the config's own depth; for an n-gram
+        proposer its own maximum draft).
+    type: list
+    elements: dict
+    required: true
+  llama_server:
+    description: The llama-server binary that serves a draft model's side server (the same build as production's).
+    type: path
+  drafter_port:
+    description: The loopback port of the drafter's side server; V(0) picks a free one.
+    type: int
+    default: 0
+  drafter_threads:
+    description: Threads of the drafter's side server.
+    type: int
+    default: 1
+  drafter_ctx:
+    description: Context size of the drafter's side server.
+    type: int
+    default: 4096
+  drafter_runtime_max:
+    description: Seconds after which systemd stops the drafter's side server whatever happens to this module.
+    type: int
+    default: 900
+  drafter_launch:
+    description: V(systemd) runs the side server as a transient unit (C(systemd-run)); V(process) as a child process
+      (a host without systemd, and the tests).
+    type: str
+    choices: [systemd, process]
+    default: systemd
+  shapes:
+    description: The built-in traffic shapes whose prompts are screened.
+    type: list
+    elements: str
+    default: [prose, echo, structured, identity]
+  prompts_per_shape:
+    description: Prompts per shape.
+    type: int
+    default: 2
+  sizes:
+    description: Per shape, C(chars) and C(n_predict), as spec_bench takes them.
+    type: dict
+  seed:
+    description: Seed of the prompts and the interval's resampling.
+    type: int
+    default: 0
+  timeout:
+    description: Seconds one request may take.
+    type: int
+    default: 600
+extends_documentation_fragment:
+  - llmfleet.specdec.attributes
+  - llmfleet.specdec.attributes.read_only
+notes:
+  - Production answers the screen's requests beside its users; on a busy server its step times are those of a busy
+    server. The prediction is a prediction; the A/B on the production unit confirms it.
+author:
+  - llmfleet maintainers (@llmfleet)
+"""
+
+EXAMPLES = r"""
+- name: Screen a draft model at every depth and ngram-mod, before any restart
+  llmfleet.specdec.spec_screen:
+    endpoint: http://127.0.0.1:8080
+    llama_server: /opt/llama.cpp/current/bin/llama-server
+    candidates:
+      - name: draft
+        env: {LLAMA_ARG_SPEC_TYPE: draft-simple, LLAMA_ARG_SPEC_DRAFT_MODEL: /srv/models/Qwen3-0.6B-Q8_0.gguf}
+        ks: [1, 2, 3, 4, 6, 8]
+      - name: ngram-mod
+        env: {LLAMA_ARG_SPEC_TYPE: ngram-mod}
+        flags: [--spec-ngram-mod-n-match, "8", --spec-ngram-mod-n-min, "2", --spec-ngram-mod-n-max, "16"]
+  register: screen
+"""
+
+RETURN = r"""
+screen:
+  description: The screen's findings.
+  returned: success
+  type: dict
+  contains:
+    production:
+      description: C(t_s_ms) (production's step, median), C(tok_s) (its measured decode rate), C(verify_ms) keyed by
+        batch size (K + 1), C(requests).
+      type: dict
+    candidates:
+      description:
+        - Per candidate, C(screenable) and C(why) (when not), C(chain), C(d_s_ms) (the drafter's step; 0 for n-grams),
+          C(best_k), and C(k) keyed by K, each with C(mean_accepted_len), C(accept_per_pos), C(acceptance),
+          C(rounds), C(predicted_tok_s), C(low), C(high), C(predicted_speedup) and C(breakeven_p).
+      type: dict
+    restarts:
+      description: Production restarts the screen cost (always V(0)).
+      type: int
+  sample:
+    production: {t_s_ms: 48.2, tok_s: 20.7, verify_ms: {"5": 71.3}}
+    candidates:
+      draft-n4: {screenable: true, best_k: 4, d_s_ms: 4.1,
+                 k: {"4": {mean_accepted_len: 4.6, accept_per_pos: [0.98, 0.95, 0.92, 0.9], predicted_tok_s: 39.5,
+                           low: 35.2, high: 43.0}}}
+    restarts: 0
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._screen import run_screen
+
+ARGUMENT_SPEC = dict(
+    endpoint=dict(type="str", default="http://127.0.0.1:8080"),
+    candidates=dict(type="list", elements="dict", required=True),
+    llama_server=dict(type="path"),
+    drafter_port=dict(type="int", default=0),
+    drafter_threads=dict(type="int", default=1),
+    drafter_ctx=dict(type="int", default=4096),
+    drafter_runtime_max=dict(type="int", default=900),
+    drafter_launch=dict(type="str", choices=["systemd", "process"], default="systemd"),
+    shapes=dict(type="list", elements="str", default=["prose", "echo", "structured", "identity"]),
+    prompts_per_shape=dict(type="int", default=2),
+    sizes=dict(type="dict"),
+    seed=dict(type="int", default=0),
+    timeout=dict(type="int", default=600),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        screen = run_screen(**module.params)
+    except SpecdecError as exc:
+        module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    module.exit_json(changed=False, screen=screen)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The screen's replay (module_utils/_screen.py, _ngram.py) against a recorded real run: production's greedy tokens
+and the real llama-server's own per-request draft_n / draft_n_accepted with each n-gram proposer loaded
+(tests/unit/fixtures/screen/ngram_run.json, recorded by tests/testbed/record_screen.py); and the replay's rules."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _ngram, _screen
+
+RUN = json.loads((Path(__file__).parent / "fixtures" / "screen" / "ngram_run.json").read_text())
+
+
+def _flag(args: list[str], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
+def test_ngram_mod_replays_the_servers_own_counters() -> None:
+    args = RUN["served"]["ngram-mod"]["args"]
+    replayed = _screen.replay_ngram(RUN["continuations"], "ngram-mod",
+                                    {"n_match": _flag(args, "--spec-ngram-mod-n-match"),
+                                     "n_min": _flag(args, "--spec-ngram-mod-n-min")},
+                                    _flag(args, "--spec-ngram-mod-n-max"))
+    served = RUN["served"]["ngram-mod"]["requests"]
+    got = [(sum(d for d, _a in steps), sum(a for _d, a in steps)) for steps in replayed["requests"]]
+    assert got == [(r["draft_n"], r["draft_n_accepted"]) for r in served]
+
+
+def test_ngram_simple_replays_the_servers_own_counters() -> None:
+    args = RUN["served"]["ngram-simple"]["args"]
+    replayed = _screen.replay_ngram(RUN["continuations"], "ngram-simple",
+                                    {"size_n": _flag(args, "--spec-ngram-simple-size-n")},
+                                    _flag(args, "--spec-ngram-simple-size-m"))
+    served = RUN["served"]["ngram-simple"]["requests"]
+    got = [(sum(d for d, _a in steps), sum(a for _d, a in steps)) for steps in replayed["requests"]]
+    assert got == [(r["draft_n"], r["draft_n_accepted"]) for r in served]
+
+
+def test_every_k_of_a_sweep_from_one_set_of_proposals() -> None:
+    # a drafter whose greedy continuation is always the target's next 2 tokens, then wrong ones
+    target = list(range(100, 140))
+    cont = [{"prompt": [1, 2, 3], "tokens": target, "budget": len(target)}]
+    asked = []
+
+    def propose(context, k, room):
+        asked.append(len(context))
+        i = len(context) - 3
+        return (target[i:i + 2] + [0] * 8)[:k]
+
+    one = _screen.replay(cont, propose, 1)
+    three = _screen.replay(cont, propose, 3)
+    assert one["accept_per_pos"] == [1.0] and one["mean_accepted_len"] == 2.0
+    assert three["accept_per_pos"] == [1.0, 1.0, 0.0] and three["mean_accepted_len"] == 3.0
+    # the budget: no draft longer than what is left less one, and the slot moves by accepted + 1
+    assert sum(a + 1 for d, a in three["requests"][0] if d) + sum(1 for d, _a in three["requests"][0] if not d) == 39
+    assert all(d <= 3 for d, _a in three["requests"][0])
+
+
+def test_draft_model_stopping_rules_and_caching() -> None:
+    class Client:
+        calls = 0
+
+        def _json(self, method, path, body):
+            Client.calls += 1
+            return {"tokens": [7, 8, 9, 10], "timings": {"predicted_n": 4, "predicted_ms": 8.0},
+                    "completion_probabilities": [{"top_logprobs": [{"logprob": -0.01}]},
+                                                 {"top_logprobs": [{"logprob": -0.02}]},
+                                                 {"top_logprobs": [{"logprob": -3.0}]},
+                                                 {"top_logprobs": [{"logprob": -0.01}]}]}
+
+    model = _screen.DraftModel(Client(), 4, p_min=0.5, n_min=0)
+    assert model.propose([1, 2], 4, 4) == [7, 8]  # stopped at the first token below p_min
+    assert model.propose([1, 2], 1, 4) == [7] and Client.calls == 1  # cached: one request per prefix
+    assert model.step_ms == [2.0]
+    strict = _screen.DraftModel(Client(), 4, p_min=0.5, n_min=3)
+    assert strict.propose([1, 2, 3], 4, 4) == []  # shorter than n_min: no draft
+
+
+@pytest.mark.parametrize("env, why", [
+    ({"LLAMA_ARG_SPEC_TYPE": "draft-eagle3"}, "hidden states"),
+    ({"LLAMA_ARG_SPEC_TYPE": "draft-mtp"}, "hidden states"),
+    ({"LLAMA_ARG_SPEC_TYPE": "ngram-cache"}, "not ported"),
+    ({"LLAMA_ARG_SPEC_TYPE": "ngram-mod,draft-simple"}, "chain"),
+    ({"LLAMA_ARG_SPEC_TYPE": "draft-simple"}, "without a draft model"),
+    ({}, "nothing to screen"),
+])
+def test_what_cannot_be_screened_says_why(env: dict, why: str) -> None:
+    plan = _screen.candidate_plan({"name": "c", "env": env})
+    assert plan["screenable"] is False and why in plan["why"]
+
+
+def test_the_ngram_mod_hash_is_llama_cpps() -> None:
+    mod = _ngram.NgramMod(n_match=2, n_max=4, n_min=1)
+    # res = (0 * LCG + 5) * LCG + 7 mod 2^64, then mod the table's size
+    expected = ((5 * 6364136223846793005 + 7) % (1 << 64)) % (4 * 1024 * 1024)
+    assert mod._idx([5, 7], 0) == expected
+    mod.begin([5, 7, 9, 5, 7])
+    assert mod.draft([1, 5], 7) == [9, 5, 7, 9]  # (5, 7) -> 9, (7, 9) -> 5, (9, 5) -> 7, (5, 7) -> 9: n_max 4
+    assert mod.draft([1, 3], 4) == []  # (3, 4) unknown before n_min: no draft
