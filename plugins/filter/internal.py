@@ -19,6 +19,7 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_preflight,
     _steps_promote,
     _steps_report,
+    _steps_screen,
     _steps_timing,
     _steps_traffic,
     _steps_units,
@@ -55,6 +56,8 @@ STEPS: dict[str, Any] = {
     "ab_traffic": _steps_traffic.ab_traffic, "ab_traffic_mix": _steps_traffic.ab_traffic_mix,
     "exec_promotion": _steps_units.exec_promotion, "exec_watch": _steps_units.exec_watch,
     "exec_start_line": _steps_units.exec_start_line, "unit_path": _steps_units.unit_path,
+    "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
+    "screen_select": _steps_screen.screen_select,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
 }
 

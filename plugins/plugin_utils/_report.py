@@ -183,6 +183,9 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     if document.get("run_error"):
         out += ["", f"> **The run stopped early:** {document['run_error']}. The results below are partial."]
     _section(out, "Confirmatory verdict", _confirmatory(j))
+    screen = _screen_lines(document.get("environment") or {})
+    if screen:
+        _section(out, "The screen before the rounds (no production restart)", screen)
     _section(out, "Verdicts per shape (exploratory)", _overview(j))
     _section(out, "Status", _status_section(j))
     box = _box_lines(document.get("environment") or {})
@@ -208,6 +211,35 @@ def markdown(document: Mapping[str, Any], images: list[str] | None = None) -> st
     out += ["", "## Environment", "", "```json",
             json.dumps(document.get("environment") or {}, indent=2, sort_keys=True, default=str), "```", ""]
     return "\n".join(out)
+
+
+def _screen_lines(env: Mapping[str, Any]) -> list[str]:
+    """What spec_screen predicted from production alone, which candidates it kept out of the rounds (SCREENED OUT,
+    never a verdict) and the restarts that saved."""
+    decision = env.get("screen") if isinstance(env.get("screen"), Mapping) else None
+    if not decision:
+        return []
+    rate = float(decision.get("production_tok_s") or 0.0)
+    lines = [f"Production decoded {rate:.1f} tok/s on the screen's requests. Predicted from production's own tokens "
+             "(each candidate's drafting replayed against them) and its measured step costs:", "",
+             "| config | screen | K | mean accepted length | predicted speedup [95 % interval] | why |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    found = (decision.get("screen") or {}).get("candidates") or {}
+    for row in decision.get("screened_out") or []:
+        lines.append(f"| {row['name']} | **SCREENED OUT** | {row['k']} | {row['mean_accepted_len']:.2f} | "
+                     f"{row['speedup']:.2f}x [{row['low'] / rate:.2f}, {row['speedup_high']:.2f}] | {row['why']} |")
+    for name in decision.get("keep") or []:
+        row = found.get(name)
+        if row and row.get("screenable") and row.get("k") and rate > 0:
+            best = row["k"][str(row["best_k"])]
+            lines.append(f"| {name} | measured | {row['best_k']} | {best['mean_accepted_len']:.2f} | "
+                         f"{best['predicted_tok_s'] / rate:.2f}x [{best['low'] / rate:.2f}, {best['high'] / rate:.2f}]"
+                         " | can reach the planned speedup: the rounds confirm it |")
+    for row in decision.get("unscreened") or []:
+        lines.append(f"| {row['name']} | not screened | - | - | - | {row['why']} |")
+    lines += ["", f"Production restarts saved: {decision.get('restarts_saved', 0)}. A screened-out config has no verdict: "
+              "the screen only chooses which candidates the rounds measure."]
+    return lines
 
 
 def _box_lines(env: Mapping[str, Any]) -> list[str]:

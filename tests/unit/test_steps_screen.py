@@ -1,0 +1,53 @@
+"""The A/B's screen steps (plugin_utils/_steps_screen.py): which candidates the rounds measure."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_screen as ss
+
+
+def _row(tok_s: float, low: float, high: float, k: int = 4, length: float = 3.0) -> dict:
+    return {"screenable": True, "best_k": k, "k": {str(k): {"predicted_tok_s": tok_s, "low": low, "high": high,
+                                                            "mean_accepted_len": length}}}
+
+
+CONFIGS = [{"name": "baseline", "env": {}},
+           {"name": "d@n=2", "base": "d", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "2"}},
+           {"name": "d@n=4", "base": "d", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "4"}},
+           {"name": "d@n=8", "base": "d", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "8"}},
+           {"name": "slow", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
+           {"name": "mtp", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-mtp"}}]
+
+
+def test_only_candidates_that_can_win_get_restarts_and_a_sweep_keeps_its_best_depth() -> None:
+    screen = {"production": {"tok_s": 20.0}, "restarts": 0, "candidates": {
+        "d@n=2": _row(30.0, 28.0, 32.0, 2), "d@n=4": _row(40.0, 37.0, 43.0), "d@n=8": _row(38.0, 35.0, 41.0, 8),
+        "slow": _row(19.0, 17.0, 21.0, 16), "mtp": {"screenable": False, "why": "hidden states"}}}
+    out = ss.screen_select(screen, CONFIGS, "baseline", 1.2, 3)
+    assert out["keep"] == ["baseline", "d@n=4", "d@n=8", "mtp"]  # d@n=8 overlaps the best; mtp cannot be replayed
+    assert [r["name"] for r in out["screened_out"]] == ["d@n=2", "slow"]
+    assert "no overlap" in out["screened_out"][0]["why"] and "below spec_ab_min_speedup" in out["screened_out"][1]["why"]
+    assert out["unscreened"] == [{"name": "mtp", "why": "hidden states"}] and out["restarts_saved"] == 6
+
+
+def test_the_configs_go_to_the_screen_at_their_own_depth() -> None:
+    got = ss.screen_candidates(CONFIGS, "baseline")
+    assert [c["name"] for c in got] == ["d@n=2", "d@n=4", "d@n=8", "slow", "mtp"]
+    assert got[0]["ks"] == [2] and "ks" not in got[3]
+    with pytest.raises(AnsibleFilterError):
+        ss.screen_candidates("nope", "baseline")
+
+
+@pytest.mark.parametrize("unit, binary", [
+    ({"kind": "launcher", "engine": "llamacpp", "launcher": "/usr/local/libexec/x/llamacpp-serve-exec",
+      "argv": ["/usr/bin/python3", "/usr/local/libexec/x/llamacpp-serve-exec", "/opt/llama.cpp/current/bin/llama-server"]},
+     "/opt/llama.cpp/current/bin/llama-server"),
+    ({"kind": "direct", "engine": "llamacpp", "server_at": 0, "argv": ["/opt/bin/llama-server", "-m", "/m.gguf"]},
+     "/opt/bin/llama-server"),
+    ({"kind": "container", "engine": "llamacpp", "argv": ["/usr/bin/podman", "run", "img"]}, None),
+    ({"kind": "direct", "engine": "vllm", "server_at": 0, "argv": ["/usr/bin/vllm", "serve"]}, None),
+    ({}, None),
+])
+def test_the_drafter_runs_productions_own_binary(unit: dict, binary: str | None) -> None:
+    assert ss.screen_binary(unit) == binary
