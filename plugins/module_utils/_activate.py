@@ -548,8 +548,15 @@ class Activation:
         self.sd.call(["systemctl", "stop", paths.timer])
         self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
 
-    def finish_interrupted(self, paths: BuildPaths, health_timeout: int) -> str | None:
-        """An activation that never finished left its record: put its previous build back first."""
+    def timer_active(self, paths: BuildPaths) -> bool:
+        _rc, out, _err = self.sd.call(["systemctl", "is-active", paths.timer])
+        return out.strip() in ("active", "activating")
+
+    def finish_interrupted(self, paths: BuildPaths, health_timeout: int, rollback_after: int = 0) -> str | None:
+        """An activation that never finished left its record: put its previous build back first.
+
+        The dead-man stays armed until the undo answered health (one that is no longer armed is armed again first):
+        a second cut anywhere in here leaves a timer that puts the previous build back on its own."""
         text = read_text(paths.meta)
         if text is None:
             return None
@@ -560,7 +567,9 @@ class Activation:
         if not isinstance(meta, dict) or not meta.get("previous"):
             self.disarm(paths)
             return f"removed an unreadable activation record {paths.meta}"
-        self.sd.call(["systemctl", "stop", paths.timer])
+        if not self.timer_active(paths) or not os.path.exists(paths.script):
+            self.arm(paths, {k: v for k, v in meta.items() if k not in ("deadline", "script")},
+                     rollback_after or 2 * int(health_timeout) + 60, health_timeout)
         if link_target(paths.current) == meta.get("new"):
             point_link(paths.current, meta["previous"])
         self.restore_facts(meta)
@@ -569,14 +578,15 @@ class Activation:
         for item in units:
             self.sd.call(["systemctl", "reset-failed", item.unit])
             self.sd.call(["systemctl", "restart", item.unit])
-        self.disarm(paths)
         if units:
             try:
                 self.wait_healthy([item._replace(restarts=self.restarts(item.unit)) for item in units],
                                   health_timeout, self.wall() - 1)
             except ActivateError as exc:
                 raise ActivateError(f"PRODUCTION IS NOT HEALTHY: an interrupted switch to {meta.get('new')} was undone "
-                                    f"('current' points at {meta['previous']} again) but {exc}", **exc.details) from exc
+                                    f"('current' points at {meta['previous']} again) but {exc}. Its dead-man "
+                                    f"{paths.timer} stays armed and restarts it once more", **exc.details) from exc
+        self.disarm(paths)
         return (f"an interrupted switch to {meta.get('new')} was undone first: 'current' points at {meta['previous']} "
                 f"again and {', '.join(item.unit for item in units) or 'no unit'} restarted on it")
 
@@ -618,7 +628,7 @@ class Activation:
                 raise ActivateError(f"another activation of {paths.current} is running on this host (it holds "
                                     f"{paths.lock}); nothing was changed") from None
             try:
-                note = self.finish_interrupted(paths, health_timeout)
+                note = self.finish_interrupted(paths, health_timeout, int(params["rollback_after"]))
                 if note:
                     result["notes"].append(note)
                     result["changed"] = True

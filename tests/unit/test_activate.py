@@ -95,6 +95,8 @@ class Host:
             old = self.units[argv[2]]
             self.start(argv[2], self.port, restarts=int(old["NRestarts"]))
             return 0, "", ""
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0, "active\n", "") if self.timer_armed else (3, "inactive\n", "")
         if argv[:2] == ["systemctl", "stop"]:
             if argv[2].endswith(".timer"):
                 self.timer_armed = False
@@ -406,3 +408,37 @@ def test_the_next_activation_undoes_an_interrupted_one_first(tmp_path: Path, hos
     assert any("interrupted switch to new-cpu was undone" in note for note in result["notes"])
     assert host.current == "old-cpu" and not host.timer_armed
     assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
+
+
+def test_a_second_cut_while_undoing_an_interrupted_switch_leaves_the_dead_man_armed(tmp_path: Path, host: Host) -> None:
+    host.kill_on = ("systemctl", "restart")
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, canary=False))
+    paths = act.build_paths(str(host.root / "current"), str(tmp_path / "run"))
+    assert host.current == "new-cpu" and host.timer_armed
+    host.calls.clear()
+    with pytest.raises(Killed):  # the undo's own restart is cut too
+        _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    assert host.current == "old-cpu"
+    assert host.timer_armed and os.path.exists(paths.meta) and os.path.exists(paths.script)
+    assert ["systemctl", "stop", paths.timer] not in host.calls  # never disarmed before the undo answered health
+    host.kill_on = None
+    result = _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    assert any("interrupted switch to new-cpu was undone" in note for note in result["notes"])
+    assert not host.timer_armed and not os.path.exists(paths.meta)
+    stops = [i for i, c in enumerate(host.calls) if c == ["systemctl", "stop", paths.timer]]
+    restarts = [i for i, c in enumerate(host.calls) if c[:2] == ["systemctl", "restart"]]
+    assert stops and restarts and max(restarts) < min(stops)
+
+
+def test_an_interrupted_switch_whose_dead_man_is_gone_is_armed_again_before_the_undo(tmp_path: Path, host: Host) -> None:
+    host.kill_on = ("systemctl", "restart")
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, canary=False))
+    host.timer_armed = False  # stopped by hand, or an older version's undo cut after its stop
+    host.calls.clear()
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    armed = [i for i, c in enumerate(host.calls) if c[0] == "systemd-run"]
+    assert host.timer_armed and armed and armed[0] < len(host.calls) - 1
+    assert host.calls[-1][:2] == ["systemctl", "restart"]
