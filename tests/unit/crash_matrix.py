@@ -413,7 +413,7 @@ class _Build:
                   "units": [UNIT], "facts_file": str(host.root / "etc" / "llamacpp-build.json"),
                   "facts": {"version": "new"}, "canary": self.canary, "canary_ctx_size": 512, "canary_args": [],
                   "canary_model": None, "canary_timeout": HEALTH_TIMEOUT, "health_timeout": HEALTH_TIMEOUT,
-                  "rollback_after": ROLLBACK_AFTER}
+                  "rollback_after": ROLLBACK_AFTER, "state_dir": str(host.root / "var" / "lib" / "llmfleet-specdec")}
         try:
             return activation.activate(params)
         except act.ActivateError as exc:
