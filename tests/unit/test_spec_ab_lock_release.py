@@ -69,3 +69,15 @@ def test_the_always_restore_leaves_a_candidate_of_the_run_that_took_the_lock_ove
     assert _when(restore, **facts) is restores
     assert _when(said, **facts) is not restores
     assert "NOT restored" in said["ansible.builtin.set_fact"]["spec_ab_error"]
+
+
+def test_the_lock_is_renewed_inside_each_slot_between_the_start_and_the_measurement():
+    measure = yaml.safe_load((MAIN.parent / "measure.yml").read_text())[0]["block"]
+    modules = [next(iter(k for k in t if k.startswith(("llmfleet.", "ansible."))), None) for t in measure]
+    start = modules.index("llmfleet.specdec.unit_override")
+    bench = modules.index("llmfleet.specdec.spec_bench")
+    renew = [i for i, m in enumerate(modules) if m == "llmfleet.specdec.ab_lock"]
+    assert renew and start < renew[0] < bench
+    args = measure[renew[0]]["llmfleet.specdec.ab_lock"]
+    assert args["state"] == "present" and args["owner"] == "{{ spec_ab_lock_owner }}"
+    assert args["expires_after"] == "{{ spec_ab_lock_expiry }}" and "wait" not in args  # a lost lock stops the slot
