@@ -27,6 +27,8 @@ def test_every_point_of_every_path_ends_with_production_and_nothing_left(rows: L
     assert {name for name, _point, _cells in rows} == {path.name for path in cm.PATHS}
     # every path has points before its steps, not only its end
     for path in cm.PATHS:
+        if path.name == AB_THEN_BUILD:
+            continue  # refused before its first change to the unit: that is the point (test below)
         assert sum(1 for name, _p, _c in rows if name == path.name) >= 3, path.name
 
 
@@ -97,3 +99,23 @@ def test_a_build_switch_is_undone_by_the_host(rows: List[Any]) -> None:
 def test_the_table_in_the_docs_is_this_run(rows: List[Any]) -> None:
     doc = cm.DOC.read_text(encoding="utf-8")
     assert doc == cm.HEADER + cm.render(rows), "docs/crash-matrix.md is stale: run python tests/unit/crash_matrix.py"
+
+
+AB_THEN_BUILD = next(p.name for p in cm.PLAYS if p.name.startswith("A/B x build"))
+BUILD_THEN_AB = next(p.name for p in cm.PLAYS if p.name.startswith("build x A/B"))
+
+
+def test_a_build_switch_under_a_live_ab_is_refused_before_its_first_step(rows: List[Any]) -> None:
+    cells = _cells(rows, AB_THEN_BUILD)
+    # nothing but its own state directory in /run is made: no canary, no dead-man, no restart, no link moved
+    assert [p for p in cells if not p.startswith("before mkdir ")] == ["after the last step"]
+    assert all(cell.outcome.startswith("the module (candidate failed") and not cell.problems
+               for cell in cells["after the last step"].values())
+
+
+def test_an_ab_that_starts_at_any_cut_of_a_build_switch_is_kept_off_while_it_is_pending(rows: List[Any]) -> None:
+    cells = _cells(rows, BUILD_THEN_AB)
+    build = _cells(rows, "build activation (canary, then the switch)")
+    assert list(cells) == list(build)  # every step boundary of the switch, the A/B tried at each
+    assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the build's dead-man timer"
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems]
