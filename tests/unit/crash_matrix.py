@@ -447,6 +447,39 @@ def _build_guard_expires(canary: bool) -> int:
     return (HEALTH_TIMEOUT if canary else 0) + ROLLBACK_AFTER + 2 * HEALTH_TIMEOUT + 60
 
 
+class _KillAtLabel(Faults):
+    """Kills at the first step whose label starts with ``prefix`` (to make a start state)."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def step(self, label: str) -> None:
+        if not self.dead and label.startswith(self.prefix):
+            self.dead = True
+            raise Killed(label)
+        super().step(label)
+
+
+class _AfterInterrupted(_Build):
+    """The start state an activation killed at its restart leaves ('current' moved, the unit not restarted, the
+    record and the dead-man in /run, the unit's lock held): the next activation undoes it first, then switches."""
+
+    def __init__(self) -> None:
+        super().__init__(canary=False, broken=False)
+
+    def setup(self, host: Host) -> None:
+        super().setup(host)
+        faults, host.faults = host.faults, _KillAtLabel("systemctl restart")
+        try:
+            super().operation(host)
+        except Killed:
+            pass
+        finally:
+            host.faults = faults
+        assert os.readlink(host.root / BUILD_ROOT / "current") == "new-cpu"
+
+
 class _BuildUnderAB(_Build):
     """Two plays interleaved on one unit (the host-wide guard, ``ab_lock``'s lock).
 
@@ -520,6 +553,9 @@ PLAYS: List[MatrixPath] = [
     _build_path("build activation (canary, then the switch)", canary=True, broken=False),
     _build_path("build activation of a build that cannot serve, without a canary (the switch is undone)",
                 canary=False, broken=True),
+    MatrixPath("build activation starting from an interrupted one (undone first, its dead-man armed until health)",
+               _AfterInterrupted().setup, _AfterInterrupted().operation, check=_AfterInterrupted().check,
+               host={"binary_under": str(BUILD_ROOT)}, lock_expires=_build_guard_expires(False)),
     _interleaved_path("A/B x build: the build switch while an A/B's candidate serves (refused, nothing changes)",
                       ab_first=True),
     _interleaved_path("build x A/B: an A/B that starts at each cut of a build switch (kept off while it is pending)",
@@ -811,7 +847,9 @@ after its dead-man restored production.
 
 Two plays interleaved on one unit: **A/B x build** (the build switch comes while an A/B's candidate serves under
 the A/B's lock: refused before it changes anything) and **build x A/B** (an A/B starts right at each cut of a build
-switch: it must not get the unit's lock while the switch's record or its dead-man is pending).
+switch: it must not get the unit's lock while the switch's record or its dead-man is pending). One start state
+that is not production's: an activation killed at its restart (`current` moved, the unit not restarted, its
+record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

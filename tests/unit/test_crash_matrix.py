@@ -119,3 +119,15 @@ def test_an_ab_that_starts_at_any_cut_of_a_build_switch_is_kept_off_while_it_is_
     assert list(cells) == list(build)  # every step boundary of the switch, the A/B tried at each
     assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the build's dead-man timer"
     assert not [point for point, by in cells.items() for cell in by.values() if cell.problems]
+
+
+def test_a_cut_while_undoing_an_interrupted_switch_leaves_its_dead_man_to_finish(rows: List[Any]) -> None:
+    name = next(p.name for p in cm.PLAYS if "starting from an interrupted one" in p.name)
+    path_rows = [(point, cells) for path, point, cells in rows if path == name]  # a label can come twice
+    points = [point for point, _cells in path_rows]
+    # the undo: 'current' back, the record back, the restart; the dead-man stays armed until it answered health
+    undo = path_rows[:points.index("before remove activation.json")]
+    assert undo[0][0] == "before point current at old-cpu"
+    assert "before systemctl restart llama-server" in [point for point, _cells in undo]
+    for point, cells in undo:
+        assert cells["module SIGKILL"].outcome == "the build's dead-man timer", point
