@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -267,6 +267,37 @@ PATHS: List[MatrixPath] = [
                units=(UNIT, ALT)),
 ]
 
+
+def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
+    """A/B x A/B: a second run (run-2) tries to take the unit right at each cut of ``path`` (run-1's step): it must
+    be refused while run-1's lock lives or its dead-man is armed (the cut run's candidate may still serve)."""
+    seen: List[str] = []
+
+    def operation(host: Host) -> Any:
+        seen.clear()
+        try:
+            return path.operation(host)
+        finally:
+            faults, host.faults = host.faults, Faults()
+            try:
+                host.lock("run-2")
+                seen.append("a second A/B took the unit's lock at the cut of the first")
+                host.unlock("run-2")
+            except hs.LockHeldError:
+                pass
+            finally:
+                host.faults = faults
+
+    def check(host: Host) -> List[str]:
+        return (path.check(host) if path.check is not None else []) + list(seen)
+
+    return replace(path, name=name, operation=operation, check=check)
+
+
+PATHS += [
+    _second_ab(PATHS[0], "A/B x A/B: a second run at each cut of a candidate switch (refused, run-1's lock lives)"),
+    _second_ab(PATHS[3], "A/B x A/B: a second run at each cut of a baseline slot (refused: no dead-man, the lock)"),
+]
 
 # ------------------------------------------------------------------ plays of several modules: promote, deploy, build
 #
@@ -847,8 +878,10 @@ after its dead-man restored production.
 
 Two plays interleaved on one unit: **A/B x build** (the build switch comes while an A/B's candidate serves under
 the A/B's lock: refused before it changes anything) and **build x A/B** (an A/B starts right at each cut of a build
-switch: it must not get the unit's lock while the switch's record or its dead-man is pending). One start state
-that is not production's: an activation killed at its restart (`current` moved, the unit not restarted, its
+switch: it must not get the unit's lock while the switch's record or its dead-man is pending).
+**A/B x A/B**: a second run tries to take the unit at each cut of a candidate switch and of a baseline slot
+(refused while the first run's lock lives). One start state that is not production's: an activation killed at
+its restart (`current` moved, the unit not restarted, its
 record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one

@@ -131,3 +131,14 @@ def test_a_cut_while_undoing_an_interrupted_switch_leaves_its_dead_man_to_finish
     assert "before systemctl restart llama-server" in [point for point, _cells in undo]
     for point, cells in undo:
         assert cells["module SIGKILL"].outcome == "the build's dead-man timer", point
+
+
+@pytest.mark.parametrize(("second", "first"), [
+    ("A/B x A/B: a second run at each cut of a candidate switch", "A/B candidate switch, from production"),
+    ("A/B x A/B: a second run at each cut of a baseline slot", "baseline slot after a candidate (absent restart=true)"),
+])
+def test_a_second_ab_never_gets_the_unit_at_a_cut_of_the_first(rows: List[Any], second: str, first: str) -> None:
+    name = next(p.name for p in cm.PATHS if p.name.startswith(second))
+    ours = [point for path, point, _c in rows if path == name]
+    assert ours and ours == [point for path, point, _c in rows if path == first]  # every cut of the first run
+    assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]
