@@ -40,6 +40,12 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+from ansible_collections.llmfleet.specdec.plugins.module_utils._build_deadman import (  # noqa: F401 (re-exported)
+    _ROLLBACK_SCRIPT,
+    render_rollback_script,
+    timer_command,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._http import probe
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import (
@@ -254,130 +260,7 @@ def canary_env(production_env: Mapping[str, str]) -> Dict[str, str]:
     return {k: v for k, v in production_env.items() if k not in _SERVICE_ONLY_ENV}
 
 
-# ------------------------------------------------------------------ the dead-man script
-
-# Standalone under systemd with the controller and this collection gone (no imports from the collection).
-_ROLLBACK_SCRIPT = r'''#!{python}
-# Written by llmfleet.specdec.llamacpp_activate: the dead-man of a build switch (run by {timer}).
-# Points {current} back at the previous build, puts the build record back and restarts the units that served
-# from it, unless the activation finished first (it removes {meta} before it disarms this timer).
-import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
-
-META = {meta!r}
-SCRIPT = {script!r}
-
-
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None  # health is the answer of the server asked: a redirect is not health
-
-
-def put_back(path, text, mode):
-    # atomically, through a temp name nobody can guess, with its final mode from its first byte
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def say(message):
-    print("llmfleet.specdec build rollback: " + message, flush=True)
-
-
-def main():
-    try:
-        with open(META) as handle:
-            meta = json.load(handle)
-    except FileNotFoundError:
-        say("nothing to do: the activation finished")
-        try:
-            os.unlink(SCRIPT)
-        except OSError:
-            pass
-        return 0
-    current = meta["current"]
-    now = os.readlink(current) if os.path.islink(current) else None
-    if now == meta["new"]:
-        tmp = current + ".rollback.tmp"
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(meta["previous"], tmp)
-        os.rename(tmp, current)
-        say("BUILD {{}} NOT CONFIRMED: 'current' points at {{}} again".format(meta["new"], meta["previous"]))
-    facts = meta.get("facts_file")
-    if facts:
-        if meta.get("facts_before") is None:
-            try:
-                os.unlink(facts)
-            except FileNotFoundError:
-                pass
-        else:
-            put_back(facts, meta["facts_before"], 0o644)
-    failed = []
-    for unit in meta["units"]:
-        subprocess.call(["systemctl", "reset-failed", unit["unit"]])
-        if subprocess.call(["systemctl", "restart", unit["unit"]]) != 0:
-            failed.append(unit["unit"])
-    deadline = time.monotonic() + meta["health_timeout"]
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}), NoRedirect())
-    waiting = [unit for unit in meta["units"] if unit["unit"] not in failed]
-    while waiting and time.monotonic() < deadline:
-        for unit in list(waiting):
-            try:
-                with opener.open(unit["url"], timeout=2) as reply:
-                    if reply.status == 200:
-                        waiting.remove(unit)
-                        say(unit["unit"] + " answers " + unit["url"] + " on " + meta["previous"])
-            except Exception:
-                pass
-        if waiting:
-            time.sleep(0.5)
-    for path in (META, meta["script"]):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    bad = failed + [unit["unit"] for unit in waiting]
-    if bad:
-        say("PRODUCTION NOT HEALTHY: " + ", ".join(bad) + " did not come back on " + meta["previous"])
-        for name in bad:
-            subprocess.call(["journalctl", "-u", name, "-n", "30", "--no-pager", "-o", "cat"])
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
-
-def render_rollback_script(paths: BuildPaths, python: str) -> str:
-    return _ROLLBACK_SCRIPT.format(python=python, timer=paths.timer, current=paths.current, meta=paths.meta,
-                                   script=paths.script)
-
-
-def timer_command(paths: BuildPaths, deadline_epoch: float, python: str, health_timeout: int) -> List[str]:
-    """Armed like unit_override's dead-man: a wall-clock instant (a daemon-reload does not move it), skipped once
-    its script is gone (so it can be armed before the script is written, and the script removed before it stops)."""
-    return ["systemd-run", f"--unit={paths.rollback_unit}",
-            f"--description=llmfleet.specdec dead-man of the build switch of {paths.current}",
-            f"--on-calendar={calendar_spec(deadline_epoch)}", "--timer-property=AccuracySec=1s",
-            "--property=Type=oneshot", f"--property=TimeoutStartSec={int(health_timeout) + 60}",
-            f"--property=ConditionPathExists={paths.script}", python, paths.script]
+# the dead-man script and its timer live in _build_deadman (re-exported here)
 
 
 # ------------------------------------------------------------------ the activation
@@ -558,8 +441,15 @@ class Activation:
         self.sd.call(["systemctl", "stop", paths.timer])
         self.sd.call(["systemctl", "reset-failed", paths.timer, paths.rollback_service])
 
-    def finish_interrupted(self, paths: BuildPaths, health_timeout: int) -> str | None:
-        """An activation that never finished left its record: put its previous build back first."""
+    def timer_active(self, paths: BuildPaths) -> bool:
+        _rc, out, _err = self.sd.call(["systemctl", "is-active", paths.timer])
+        return out.strip() in ("active", "activating")
+
+    def finish_interrupted(self, paths: BuildPaths, health_timeout: int, rollback_after: int = 0) -> str | None:
+        """An activation that never finished left its record: put its previous build back first.
+
+        The dead-man stays armed until the undo answered health (one that is no longer armed is armed again first):
+        a second cut anywhere in here leaves a timer that puts the previous build back on its own."""
         text = read_text(paths.meta)
         if text is None:
             return None
@@ -570,7 +460,9 @@ class Activation:
         if not isinstance(meta, dict) or not meta.get("previous"):
             self.disarm(paths)
             return f"removed an unreadable activation record {paths.meta}"
-        self.sd.call(["systemctl", "stop", paths.timer])
+        if not self.timer_active(paths) or not os.path.exists(paths.script):
+            self.arm(paths, {k: v for k, v in meta.items() if k not in ("deadline", "script")},
+                     rollback_after or 2 * int(health_timeout) + 60, health_timeout)
         if link_target(paths.current) == meta.get("new"):
             point_link(paths.current, meta["previous"])
         self.restore_facts(meta)
@@ -579,14 +471,15 @@ class Activation:
         for item in units:
             self.sd.call(["systemctl", "reset-failed", item.unit])
             self.sd.call(["systemctl", "restart", item.unit])
-        self.disarm(paths)
         if units:
             try:
                 self.wait_healthy([item._replace(restarts=self.restarts(item.unit)) for item in units],
                                   health_timeout, self.wall() - 1)
             except ActivateError as exc:
                 raise ActivateError(f"PRODUCTION IS NOT HEALTHY: an interrupted switch to {meta.get('new')} was undone "
-                                    f"('current' points at {meta['previous']} again) but {exc}", **exc.details) from exc
+                                    f"('current' points at {meta['previous']} again) but {exc}. Its dead-man "
+                                    f"{paths.timer} stays armed and restarts it once more", **exc.details) from exc
+        self.disarm(paths)
         return (f"an interrupted switch to {meta.get('new')} was undone first: 'current' points at {meta['previous']} "
                 f"again and {', '.join(item.unit for item in units) or 'no unit'} restarted on it")
 
@@ -602,6 +495,37 @@ class Activation:
             _unlink(facts)
         else:
             write_atomic(facts, meta["facts_before"], 0o644)
+
+    # ---------------------------------------------------------- the host-wide guard of the units
+
+    @staticmethod
+    def guard(params: Mapping[str, Any], paths: BuildPaths, expires_after: int) -> Dict[str, Any]:
+        """The guard's parameters: one run id for every activation of the link (the next one refreshes a lock
+        left by a killed one, and undoes that switch first), and no process identity on purpose: a killed
+        activation's lock stays until its expiry, which outlasts its dead-man."""
+        owner = {"run_id": "build-" + link_stem(paths.current).replace(":", "-"), "pid": os.getpid(),
+                 "controller": f"{socket.gethostname()} (llamacpp_activate of {paths.current})"}
+        return {"owner": owner, "expires_after": expires_after, "wait": int(params.get("lock_wait") or 0), "poll": 2,
+                "state_dir": params.get("state_dir") or _host_state.DEFAULT_STATE_DIR, "state_mode": 0o700}
+
+    def take_units(self, params: Mapping[str, Any], paths: BuildPaths, units: Sequence[str], renew: bool = False) -> List[str]:
+        """The host-wide guard of every unit before anything changes (``_host_state.hold``), its expiry covering the
+        canaries, the dead-man's wait and its restart; renewed (``renew``) just before the dead-man is armed."""
+        tail = int(params["rollback_after"]) + 2 * int(params["health_timeout"]) + 60
+        canaries = 0 if renew or not params.get("canary", True) else int(params["canary_timeout"]) * max(1, len(units))
+        try:
+            return _host_state.hold(units, self.guard(params, paths, canaries + tail), run=self.sd.call, now=self.wall,
+                                    sleep=self.sleep, run_dir=self.run_dir, renew=renew)
+        except _host_state.LockHeldError as exc:
+            raise ActivateError(f"build switch of {paths.current} refused: {exc}; nothing was changed",
+                                holder=exc.holder) from None
+        except SpecdecError as exc:
+            raise ActivateError(f"build switch of {paths.current} refused: {exc}") from None
+
+    def release_units(self, params: Mapping[str, Any], paths: BuildPaths, held: Sequence[str]) -> None:
+        """Given back unless the dead-man is still armed (a failed rollback): then it stays until it expires."""
+        if not os.path.exists(paths.meta):
+            _host_state.let_go(held, self.guard(params, paths, 1))
 
     # ---------------------------------------------------------- the whole
 
@@ -628,11 +552,15 @@ class Activation:
                 raise ActivateError(f"another activation of {paths.current} is running on this host (it holds "
                                     f"{paths.lock}); nothing was changed") from None
             try:
-                note = self.finish_interrupted(paths, health_timeout)
-                if note:
-                    result["notes"].append(note)
-                    result["changed"] = True
-                return self._activate(params, paths, name, build_dir, binary, units, result)
+                held = self.take_units(params, paths, units)
+                try:
+                    note = self.finish_interrupted(paths, health_timeout, int(params["rollback_after"]))
+                    if note:
+                        result["notes"].append(note)
+                        result["changed"] = True
+                    return self._activate(params, paths, name, build_dir, binary, units, result)
+                finally:
+                    self.release_units(params, paths, held)
             finally:
                 os.close(lock)
         return self._activate(params, paths, name, build_dir, binary, units, result)
@@ -679,6 +607,7 @@ class Activation:
         meta = {"current": paths.current, "previous": previous, "new": name, "health_timeout": health_timeout,
                 "facts_file": facts_file if facts_text is not None else None, "facts_before": facts_before,
                 "units": [{"unit": item.unit, "port": item.ports[0], "url": item.url} for item in served]}
+        self.take_units(params, paths, units, renew=True)
         self.arm(paths, meta, int(params["rollback_after"]), health_timeout)
         since = self.wall() - 1
         try:

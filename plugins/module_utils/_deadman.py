@@ -26,7 +26,7 @@ import json
 import math
 import os
 import tempfile
-from typing import Any, Callable, Dict, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
@@ -191,7 +191,8 @@ ESTIMATE_MARGIN = 1.5
 
 
 def plan_dead_man(configs: Sequence[str], baseline: str, estimates: Mapping[str, Any], rollback_after: int,
-                  health_timeout: int, rollback_max: int, margin: float = ESTIMATE_MARGIN) -> Dict[str, Any]:
+                  health_timeout: int, rollback_max: int, margin: float = ESTIMATE_MARGIN,
+                  lock_estimates: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Each candidate's dead-man and the lock's expiry, from the plan, before anything changes.
 
     ``estimates``: config name -> seconds its slot is expected to take (server load plus measurement; measured
@@ -199,7 +200,9 @@ def plan_dead_man(configs: Sequence[str], baseline: str, estimates: Mapping[str,
     estimate times ``margin``, so it cannot fire mid-measurement and have production's numbers recorded as the
     candidate's; one that would exceed ``rollback_max`` (how long the operator lets a candidate serve unattended)
     is refused. The lock expires one health timeout and a minute after the longest slot (the baseline's included),
-    and the role renews it before every slot, so a live run never loses it.
+    or after the longest of ``lock_estimates`` (each slot with the bench's busy re-sends) when that is longer, and
+    the role renews it before every slot, so a live run never loses it, not even in a baseline slot (which has no
+    dead-man: its expiry is all that keeps a waiting run out).
     """
     if health_timeout < 1 or rollback_after <= health_timeout:
         raise SpecdecError(f"rollback_after ({rollback_after} s) must be longer than health_timeout ({health_timeout} s): "
@@ -234,5 +237,11 @@ def plan_dead_man(configs: Sequence[str], baseline: str, estimates: Mapping[str,
             f"the dead-man of these configs would have to be longer than rollback_max ({rollback_max} s), the longest "
             f"a candidate may serve unattended: {'; '.join(problems)}. Raise spec_ab_rollback_max, or measure less per "
             "slot (spec_ab_prompts_per_shape, spec_ab_shapes, spec_ab_load_bursts); nothing was changed")
-    return {"per_config": per_config, "longest": longest,
-            "lock_expires_after": longest + health_timeout + 60, "margin": margin}
+    lock_longest = longest
+    for name, raw in (lock_estimates or {}).items():
+        try:
+            lock_longest = max(lock_longest, math.ceil(float(raw) * margin))
+        except (TypeError, ValueError):
+            raise SpecdecError(f"the lock estimate of {name} ({raw!r}) is not a number of seconds") from None
+    return {"per_config": per_config, "longest": longest, "lock_longest": lock_longest,
+            "lock_expires_after": lock_longest + health_timeout + 60, "margin": margin}

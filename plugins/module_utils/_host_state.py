@@ -396,6 +396,43 @@ def query(params: Mapping[str, Any], run: Runner, now: Callable[[], float] = tim
             "why": why, "override_live": bool(found), "override": found}
 
 
+def hold(units: Sequence[str], params: Mapping[str, Any], run: Runner, now: Callable[[], float] = time.time,
+         sleep: Callable[[float], None] = time.sleep, run_dir: str = "/run", renew: bool = False) -> List[str]:
+    """The host-wide guard of a play that changes ``units``: each unit's lock taken (or, with ``renew``, refreshed,
+    never waited for) for ``params['owner']``, and a unit on which an override of unit_override is live refused,
+    naming it: a restart now would restart that override, not production. What was taken is given back when one
+    is refused. Raises ``LockHeldError`` naming the holder, or ``SpecdecError`` naming the override."""
+    held: List[str] = []
+    try:
+        for unit in units:
+            lock_params = dict(params, unit=unit, wait=0 if renew else params.get("wait", 0))
+            try:
+                acquire(lock_params, run=run, check_mode=False, now=now, sleep=sleep)
+            except LockHeldError as exc:
+                if renew:
+                    raise LockHeldError(f"the guard of {service_name(unit)} is no longer this play's: {exc}",
+                                        exc.holder) from None
+                raise
+            held.append(unit)
+            live = query(lock_params, run=run, now=now, run_dir=run_dir)
+            if live["override_live"]:
+                raise SpecdecError(
+                    f"{live['unit']} has a live override of unit_override ({'; '.join(live['override'])}), so its "
+                    "restart would start that override, not production. Nothing was changed. Wait for the A/B to "
+                    "finish, or run playbooks/rollback.yml on this host to remove a leftover override")
+    except BaseException:
+        if not renew:
+            let_go(held, params)
+        raise
+    return held
+
+
+def let_go(units: Sequence[str], params: Mapping[str, Any]) -> None:
+    """Release the guard of ``units`` that ``params['owner']`` still holds (another run's lock stays)."""
+    for unit in units:
+        release(dict(params, unit=unit), check_mode=False)
+
+
 def add_history(state_dir: str, unit: str, record: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     """The judged run's line in ``<state_dir>/history.jsonl``, keyed by its unit and run id, under ``flock`` of
     ``history.lock``; the file is 0600 (it names configs and verdicts of the operator's traffic)."""

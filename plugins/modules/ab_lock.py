@@ -34,6 +34,9 @@ description:
     whether that lock is stale (RV(stale), RV(why)), and whether an override of M(llmfleet.specdec.unit_override) is
     live on the host (RV(override_live)). C(playbooks/tasks/require_unit_free.yml) uses it to keep deploy, build
     and promote off a unit an A/B is changing.
+  - The same lock guards a build switch. M(llmfleet.specdec.llamacpp_activate) takes it for each unit, with the
+    run id C(build-<link>), for the switch's whole length; an A/B waits for it or fails naming it, and the switch
+    refuses a unit an A/B holds.
   - The state directory is created root-owned with O(state_mode) if it does not exist (an existing one loses the
     permission bits O(state_mode) does not grant); C(locks/) is 0700 and every lock file 0600.
 extends_documentation_fragment:

@@ -30,9 +30,25 @@ description:
     put the record back, restart the units on the previous build and check them; the task fails with
     C(BUILD <name> WAS ROLLED BACK), or with C(PRODUCTION IS NOT HEALTHY) when the previous build does not come
     back either (the dead-man then stays armed and tries once more).
-  - An activation that was interrupted (its record is still in C(/run)) is undone first by the next run.
+  - B(Host-wide guard.) Before anything changes, each unit in O(units) is taken under the lock of
+    M(llmfleet.specdec.ab_lock) (C(<state_dir>/locks/<unit>.json), run id C(build-<link>)), held until the module
+    returns and renewed before the dead-man is armed; its expiry covers the canaries, the dead-man's wait and its
+    restart. A unit whose lock an A/B or another play holds (waited for up to O(lock_wait) seconds), or on which an
+    override of M(llmfleet.specdec.unit_override) is live (its drop-in, env file or dead-man in C(/run)), is refused
+    naming the holder or the override, and nothing changes. A killed activation's lock stays until its expiry
+    (after its dead-man restored production); the next activation of the same link takes it back at once.
+  - An activation that was interrupted (its record is still in C(/run)) is undone first by the next run; its
+    dead-man stays armed until the units answered health on the previous build.
   - Units that are not active, or run a binary outside the build C(current) points at, are left alone.
 options:
+  state_dir:
+    description: The host's state directory that holds the units' locks (as for M(llmfleet.specdec.ab_lock)).
+    type: path
+    default: /var/lib/llmfleet-specdec
+  lock_wait:
+    description: Seconds to wait for a unit's lock held by an A/B or another play before refusing.
+    type: int
+    default: 0
   root:
     description: The build root, holding one directory per build and the C(current) link.
     type: path
@@ -190,6 +206,8 @@ ARGUMENT_SPEC = dict(
     canary_timeout=dict(type="int", default=300),
     health_timeout=dict(type="int", default=120),
     rollback_after=dict(type="int", default=300),
+    state_dir=dict(type="path", default="/var/lib/llmfleet-specdec"),
+    lock_wait=dict(type="int", default=0),
 )
 
 

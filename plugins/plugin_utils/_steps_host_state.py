@@ -92,11 +92,12 @@ def ab_history_last(text: Any, what: str = "history.jsonl", unit: Any = None) ->
 
 
 def ab_dead_man(configs: Any, baseline: Any, estimates: Any, rollback_after: Any, health_timeout: Any,
-                rollback_max: Any) -> dict[str, Any]:
-    """Each candidate's dead-man and the lock's expiry from the plan; a slot that cannot fit is refused."""
+                rollback_max: Any, lock_estimates: Any = None) -> dict[str, Any]:
+    """Each candidate's dead-man and the lock's expiry from the plan; a slot that cannot fit is refused.
+    ``lock_estimates``: each slot with the bench's busy re-sends (``ab_timing``'s ``lock_slot_estimates``)."""
     names = [c["name"] if isinstance(c, dict) else str(c) for c in (configs or [])]
     try:
         return _deadman.plan_dead_man(names, str(baseline), dict(estimates or {}), int(rollback_after),
-                                      int(health_timeout), int(rollback_max))
+                                      int(health_timeout), int(rollback_max), lock_estimates=dict(lock_estimates or {}))
     except (SpecdecError, ValueError, TypeError) as exc:
         raise AnsibleFilterError(f"ab_dead_man: {exc}") from None

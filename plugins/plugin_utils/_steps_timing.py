@@ -5,6 +5,7 @@
 # Not filters of their own: roles and playbooks call them through filter llmfleet.specdec.internal.
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
@@ -18,7 +19,7 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils._timing import ov
 _SETTINGS = {"baseline", "schedule", "rendered", "chains", "start", "probe", "sizes", "load_s", "decode_rate",
              "estimates", "health_timeout", "rollback_after", "budget_minutes", "bench", "max_rounds"}
 _BENCH = {"api", "shapes", "prompts_per_shape", "repeats", "warmup", "sizes", "seed", "traffic", "concurrency",
-          "load_bursts", "verify_k"}
+          "load_bursts", "verify_k", "busy_check", "busy_retries", "busy_wait"}
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
@@ -130,5 +131,17 @@ def ab_timing(configs: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     except SpecdecError as exc:
         raise AnsibleFilterError(f"ab_timing: {exc}") from None
     plan["models"] = models
+    # The bench's busy re-sends (spec_bench's busy check): a request that ran beside another client's is sent again
+    # after waiting up to busy_wait s for the server to go idle, busy_retries times at most. The plan's slots leave
+    # them out (they are rare); the lock's expiry must not: it covers a slot where every request is sent again.
+    retries = _int("spec_ab_busy_retries", bench.get("busy_retries", 0), 0) if bench.get("busy_check") else 0
+    wait = _int("spec_ab_busy_wait", bench.get("busy_wait", 0), 0)
+    plan["busy_resend_s"] = {}
+    plan["lock_slot_estimates"] = {}
+    for name, row in (plan.get("configs") or {}).items():
+        requests = int(row.get("requests") or 0)
+        each = float(row.get("measure_s") or 0.0) / requests if requests else 0.0
+        plan["busy_resend_s"][name] = math.ceil(retries * (wait + each) * requests)
+        plan["lock_slot_estimates"][name] = math.ceil(float(row.get("slot_s") or 0.0)) + plan["busy_resend_s"][name]
     plan["refusal"] = over_budget_message(plan, settings.get("max_rounds")) if plan["over_budget"] else None
     return plan

@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -268,6 +268,37 @@ PATHS: List[MatrixPath] = [
 ]
 
 
+def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
+    """A/B x A/B: a second run (run-2) tries to take the unit right at each cut of ``path`` (run-1's step): it must
+    be refused while run-1's lock lives or its dead-man is armed (the cut run's candidate may still serve)."""
+    seen: List[str] = []
+
+    def operation(host: Host) -> Any:
+        seen.clear()
+        try:
+            return path.operation(host)
+        finally:
+            faults, host.faults = host.faults, Faults()
+            try:
+                host.lock("run-2")
+                seen.append("a second A/B took the unit's lock at the cut of the first")
+                host.unlock("run-2")
+            except hs.LockHeldError:
+                pass
+            finally:
+                host.faults = faults
+
+    def check(host: Host) -> List[str]:
+        return (path.check(host) if path.check is not None else []) + list(seen)
+
+    return replace(path, name=name, operation=operation, check=check)
+
+
+PATHS += [
+    _second_ab(PATHS[0], "A/B x A/B: a second run at each cut of a candidate switch (refused, run-1's lock lives)"),
+    _second_ab(PATHS[3], "A/B x A/B: a second run at each cut of a baseline slot (refused: no dead-man, the lock)"),
+]
+
 # ------------------------------------------------------------------ plays of several modules: promote, deploy, build
 #
 # Each is the host-changing tasks of its playbook or role, in order, with the rescue the play runs when a module
@@ -413,7 +444,7 @@ class _Build:
                   "units": [UNIT], "facts_file": str(host.root / "etc" / "llamacpp-build.json"),
                   "facts": {"version": "new"}, "canary": self.canary, "canary_ctx_size": 512, "canary_args": [],
                   "canary_model": None, "canary_timeout": HEALTH_TIMEOUT, "health_timeout": HEALTH_TIMEOUT,
-                  "rollback_after": ROLLBACK_AFTER}
+                  "rollback_after": ROLLBACK_AFTER, "state_dir": host.state_dir}
         try:
             return activation.activate(params)
         except act.ActivateError as exc:
@@ -439,7 +470,99 @@ class _Build:
 def _build_path(name: str, canary: bool, broken: bool) -> MatrixPath:
     build = _Build(canary, broken)
     return MatrixPath(name, build.setup, build.operation, expect_failure=broken, check=build.check,
-                      host={"binary_under": str(BUILD_ROOT)})
+                      host={"binary_under": str(BUILD_ROOT)}, lock_expires=_build_guard_expires(canary))
+
+
+def _build_guard_expires(canary: bool) -> int:
+    """The host-wide guard a killed switch leaves: the canary, its dead-man's wait, its restart and health."""
+    return (HEALTH_TIMEOUT if canary else 0) + ROLLBACK_AFTER + 2 * HEALTH_TIMEOUT + 60
+
+
+class _KillAtLabel(Faults):
+    """Kills at the first step whose label starts with ``prefix`` (to make a start state)."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def step(self, label: str) -> None:
+        if not self.dead and label.startswith(self.prefix):
+            self.dead = True
+            raise Killed(label)
+        super().step(label)
+
+
+class _AfterInterrupted(_Build):
+    """The start state an activation killed at its restart leaves ('current' moved, the unit not restarted, the
+    record and the dead-man in /run, the unit's lock held): the next activation undoes it first, then switches."""
+
+    def __init__(self) -> None:
+        super().__init__(canary=False, broken=False)
+
+    def setup(self, host: Host) -> None:
+        super().setup(host)
+        faults, host.faults = host.faults, _KillAtLabel("systemctl restart")
+        try:
+            super().operation(host)
+        except Killed:
+            pass
+        finally:
+            host.faults = faults
+        assert os.readlink(host.root / BUILD_ROOT / "current") == "new-cpu"
+
+
+class _BuildUnderAB(_Build):
+    """Two plays interleaved on one unit (the host-wide guard, ``ab_lock``'s lock).
+
+    ``ab_first``: an A/B holds the lock and its candidate serves when the build switch comes: the switch is refused
+    and nothing changes. Else: the build switch runs (cut at each step) and an A/B tries to start right after it
+    (at the cut): it must not get the unit while the switch's record, or its dead-man, is pending."""
+
+    def __init__(self, ab_first: bool) -> None:
+        super().__init__(canary=True, broken=False)
+        self.ab_first = ab_first
+        self.seen: List[str] = []
+
+    def setup(self, host: Host) -> None:
+        super().setup(host)
+        self.seen = []
+        if self.ab_first:
+            _from_candidate(host)
+
+    def operation(self, host: Host) -> Any:
+        try:
+            return super().operation(host)
+        finally:
+            if not self.ab_first:
+                self.second_play(host)
+
+    def second_play(self, host: Host) -> None:
+        faults, host.faults = host.faults, Faults()
+        try:
+            paths = act.build_paths(str(host.root / BUILD_ROOT / "current"), str(host.fake.run_dir))
+            pending = os.path.exists(paths.meta)
+            try:
+                host.lock("ab-2")
+            except hs.LockHeldError:
+                return
+            if pending:
+                self.seen.append("an A/B took the unit's lock while the build switch was pending")
+            host.unlock("ab-2")
+        finally:
+            host.faults = faults
+
+    def check(self, host: Host) -> List[str]:
+        problems = super().check(host) + self.seen
+        current = os.readlink(host.root / BUILD_ROOT / "current")
+        if self.ab_first and current != "old-cpu":
+            problems.append(f"the build switch went ahead under a live A/B: 'current' points at {current}")
+        return problems
+
+
+def _interleaved_path(name: str, ab_first: bool) -> MatrixPath:
+    plays = _BuildUnderAB(ab_first)
+    return MatrixPath(name, plays.setup, plays.operation, expect_failure=ab_first, check=plays.check,
+                      host={"binary_under": str(BUILD_ROOT)}, lock_expires=_build_guard_expires(True))
 
 
 PLAYS: List[MatrixPath] = [
@@ -461,6 +584,13 @@ PLAYS: List[MatrixPath] = [
     _build_path("build activation (canary, then the switch)", canary=True, broken=False),
     _build_path("build activation of a build that cannot serve, without a canary (the switch is undone)",
                 canary=False, broken=True),
+    MatrixPath("build activation starting from an interrupted one (undone first, its dead-man armed until health)",
+               _AfterInterrupted().setup, _AfterInterrupted().operation, check=_AfterInterrupted().check,
+               host={"binary_under": str(BUILD_ROOT)}, lock_expires=_build_guard_expires(False)),
+    _interleaved_path("A/B x build: the build switch while an A/B's candidate serves (refused, nothing changes)",
+                      ab_first=True),
+    _interleaved_path("build x A/B: an A/B that starts at each cut of a build switch (kept off while it is pending)",
+                      ab_first=False),
 ]
 PATHS += PLAYS
 
@@ -742,7 +872,17 @@ steps (and after the last), three ways; each cell says what brought production b
 
 Promote and deploy are plays of several modules (the lock, the override or `unit_deploy`, the commit, the restore,
 the release): each task's start is a point too, and a controller killed during a task lets that module finish and
-starts no later task (no rescue, no release). Build activation is one module (`llamacpp_activate`).
+starts no later task (no rescue, no release). Build activation is one module (`llamacpp_activate`); it holds the
+unit's lock (the host-wide guard) from before its first change to its end, and a killed one's lock expires only
+after its dead-man restored production.
+
+Two plays interleaved on one unit: **A/B x build** (the build switch comes while an A/B's candidate serves under
+the A/B's lock: refused before it changes anything) and **build x A/B** (an A/B starts right at each cut of a build
+switch: it must not get the unit's lock while the switch's record or its dead-man is pending).
+**A/B x A/B**: a second run tries to take the unit at each cut of a candidate switch and of a baseline slot
+(refused while the first run's lock lives). One start state that is not production's: an activation killed at
+its restart (`current` moved, the unit not restarted, its
+record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

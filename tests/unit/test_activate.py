@@ -64,6 +64,7 @@ class Host:
         self.kill_skip = 0  # how many matching calls to let through first
         self.timer_armed = False
         self.canary_specs: List[Dict[str, Any]] = []
+        self.armed_overrides: List[str] = []  # unit_override's dead-man timers that run
 
     def build_of(self, binary: str) -> str:
         return os.path.relpath(os.path.realpath(binary), self.root).split(os.sep)[0]
@@ -95,6 +96,10 @@ class Host:
             old = self.units[argv[2]]
             self.start(argv[2], self.port, restarts=int(old["NRestarts"]))
             return 0, "", ""
+        if argv[:2] == ["systemctl", "is-active"]:
+            armed = self.timer_armed and any(a.startswith("specdec-build-rollback-") for a in argv[2:])
+            armed = armed or any(a in self.armed_overrides for a in argv[2:])
+            return (0, "active\n", "") if armed else (3, "inactive\n", "")
         if argv[:2] == ["systemctl", "stop"]:
             if argv[2].endswith(".timer"):
                 self.timer_armed = False
@@ -146,7 +151,8 @@ class Host:
         return os.readlink(self.root / "current")
 
     def changing(self) -> List[List[str]]:
-        return [c for c in self.calls if c[:2] != ["systemctl", "show"] and c[0] != "journalctl"]
+        reads = (["systemctl", "show"], ["systemctl", "is-active"])
+        return [c for c in self.calls if c[:2] not in reads and c[0] != "journalctl"]
 
 
 def _activation(tmp: Path, host: Host, check_mode: bool = False) -> act.Activation:
@@ -160,7 +166,7 @@ def _params(host: Host, tmp: Path, **extra: Any) -> Dict[str, Any]:
     params = {"root": str(host.root), "name": "new-cpu", "current": None, "binary": "bin/llama-server", "units": ["llama-server"],
               "facts_file": str(tmp / "llamacpp-build.json"), "facts": {"version": "new"}, "canary": True,
               "canary_ctx_size": 512, "canary_args": [], "canary_model": None, "canary_timeout": 30,
-              "health_timeout": 20, "rollback_after": 300}
+              "health_timeout": 20, "rollback_after": 300, "state_dir": str(tmp / "state"), "lock_wait": 0}
     params.update(extra)
     return params
 
@@ -406,3 +412,112 @@ def test_the_next_activation_undoes_an_interrupted_one_first(tmp_path: Path, hos
     assert any("interrupted switch to new-cpu was undone" in note for note in result["notes"])
     assert host.current == "old-cpu" and not host.timer_armed
     assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
+
+
+def test_a_second_cut_while_undoing_an_interrupted_switch_leaves_the_dead_man_armed(tmp_path: Path, host: Host) -> None:
+    host.kill_on = ("systemctl", "restart")
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, canary=False))
+    paths = act.build_paths(str(host.root / "current"), str(tmp_path / "run"))
+    assert host.current == "new-cpu" and host.timer_armed
+    host.calls.clear()
+    with pytest.raises(Killed):  # the undo's own restart is cut too
+        _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    assert host.current == "old-cpu"
+    assert host.timer_armed and os.path.exists(paths.meta) and os.path.exists(paths.script)
+    assert ["systemctl", "stop", paths.timer] not in host.calls  # never disarmed before the undo answered health
+    host.kill_on = None
+    result = _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    assert any("interrupted switch to new-cpu was undone" in note for note in result["notes"])
+    assert not host.timer_armed and not os.path.exists(paths.meta)
+    stops = [i for i, c in enumerate(host.calls) if c == ["systemctl", "stop", paths.timer]]
+    restarts = [i for i, c in enumerate(host.calls) if c[:2] == ["systemctl", "restart"]]
+    assert stops and restarts and max(restarts) < min(stops)
+
+
+def test_an_interrupted_switch_whose_dead_man_is_gone_is_armed_again_before_the_undo(tmp_path: Path, host: Host) -> None:
+    host.kill_on = ("systemctl", "restart")
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, canary=False))
+    host.timer_armed = False  # stopped by hand, or an older version's undo cut after its stop
+    host.calls.clear()
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    armed = [i for i, c in enumerate(host.calls) if c[0] == "systemd-run"]
+    assert host.timer_armed and armed and armed[0] < len(host.calls) - 1
+    assert host.calls[-1][:2] == ["systemctl", "restart"]
+
+
+# ------------------------------------------------------------------ the host-wide guard: no switch under a live A/B
+
+
+def _ab_holds(tmp: Path, run_id: str = "20261204T040000Z") -> Path:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+    _host_state.acquire({"unit": UNIT, "owner": {"run_id": run_id, "controller": "ctl-1", "pid": 4242},
+                         "expires_after": 900, "state_dir": str(tmp / "state")}, run=lambda argv: (3, "inactive\n", ""),
+                        check_mode=False, now=lambda: 1.7e9)
+    return tmp / "state" / "locks" / "llama-server.json"
+
+
+def test_a_unit_an_ab_holds_is_refused_naming_the_run_and_nothing_changes(tmp_path: Path, host: Host) -> None:
+    lock = _ab_holds(tmp_path)
+    with pytest.raises(act.ActivateError, match=r"refused: unit llama-server\.service is locked by run 20261204T040000Z"):
+        _activation(tmp_path, host).activate(_params(host, tmp_path))
+    assert host.current == "old-cpu" and not host.canary_specs and not host.timer_armed
+    assert json.loads(lock.read_text())["run_id"] == "20261204T040000Z"  # the A/B's lock is left as it was
+    assert not [c for c in host.changing() if c[:2] == ["systemctl", "restart"]]
+
+
+def test_a_live_override_is_refused_naming_it_and_the_guard_is_given_back(tmp_path: Path, host: Host) -> None:
+    dropin = tmp_path / "run" / "systemd" / "system" / (UNIT + ".d")
+    dropin.mkdir(parents=True)
+    (dropin / "50-llmfleet-specdec.conf").write_text("[Service]\n")
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths
+    assert override_paths(UNIT, str(tmp_path / "run")).dropin == str(dropin / "50-llmfleet-specdec.conf")
+    with pytest.raises(act.ActivateError, match=r"live override of unit_override \(drop-in .*50-llmfleet-specdec.conf"):
+        _activation(tmp_path, host).activate(_params(host, tmp_path))
+    assert host.current == "old-cpu" and not host.canary_specs and not host.timer_armed
+    assert not (tmp_path / "state" / "locks" / "llama-server.json").exists()
+
+
+def test_an_armed_override_dead_man_is_refused(tmp_path: Path, host: Host) -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths
+    host.armed_overrides.append(override_paths(UNIT).timer)
+    with pytest.raises(act.ActivateError, match="armed dead-man timer"):
+        _activation(tmp_path, host).activate(_params(host, tmp_path))
+    assert host.current == "old-cpu" and not host.canary_specs
+
+
+def test_the_switch_holds_the_guard_until_it_returns_and_renews_it_before_the_dead_man(tmp_path: Path, host: Host) -> None:
+    lock = tmp_path / "state" / "locks" / "llama-server.json"
+    seen: List[Dict[str, Any]] = []
+    real = host.__call__
+
+    def spy(argv: Sequence[str]) -> Tuple[int, str, str]:
+        if argv[0] == "systemd-run" or list(argv[:2]) == ["systemctl", "restart"]:
+            seen.append(json.loads(lock.read_text()))
+        return real(argv)
+
+    activation = _activation(tmp_path, host)
+    activation.sd._run = spy  # type: ignore[assignment]
+    result = activation.activate(_params(host, tmp_path))
+    assert host.current == "new-cpu" and result["restarted"] == [UNIT]
+    assert seen and all(record["run_id"].startswith("build-") for record in seen)
+    assert not lock.exists()  # released once production answered on the new build
+
+
+def test_a_killed_switch_keeps_the_guard_and_the_next_activation_of_that_link_takes_it_back(tmp_path: Path, host: Host) -> None:
+    host.kill_on = ("systemctl", "restart")
+    with pytest.raises(Killed):
+        _activation(tmp_path, host).activate(_params(host, tmp_path, canary=False))
+    lock = tmp_path / "state" / "locks" / "llama-server.json"
+    record = json.loads(lock.read_text())
+    assert record["run_id"].startswith("build-") and "boot_id" not in record  # only its expiry frees it
+    assert record["expires_after"] >= 300 + 2 * 20
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+    with pytest.raises(_host_state.LockHeldError, match="build-"):  # an A/B is kept off while the dead-man waits
+        _host_state.acquire({"unit": UNIT, "owner": {"run_id": "ab-1"}, "expires_after": 60,
+                             "state_dir": str(tmp_path / "state")}, run=host, check_mode=False, now=lambda: 1.7e9 + 10)
+    host.kill_on = None
+    result = _activation(tmp_path, host).activate(_params(host, tmp_path, name="old-cpu"))
+    assert any("undone" in note for note in result["notes"]) and not lock.exists()

@@ -27,6 +27,8 @@ def test_every_point_of_every_path_ends_with_production_and_nothing_left(rows: L
     assert {name for name, _point, _cells in rows} == {path.name for path in cm.PATHS}
     # every path has points before its steps, not only its end
     for path in cm.PATHS:
+        if path.name == AB_THEN_BUILD:
+            continue  # refused before its first change to the unit: that is the point (test below)
         assert sum(1 for name, _p, _c in rows if name == path.name) >= 3, path.name
 
 
@@ -97,3 +99,46 @@ def test_a_build_switch_is_undone_by_the_host(rows: List[Any]) -> None:
 def test_the_table_in_the_docs_is_this_run(rows: List[Any]) -> None:
     doc = cm.DOC.read_text(encoding="utf-8")
     assert doc == cm.HEADER + cm.render(rows), "docs/crash-matrix.md is stale: run python tests/unit/crash_matrix.py"
+
+
+AB_THEN_BUILD = next(p.name for p in cm.PLAYS if p.name.startswith("A/B x build"))
+BUILD_THEN_AB = next(p.name for p in cm.PLAYS if p.name.startswith("build x A/B"))
+
+
+def test_a_build_switch_under_a_live_ab_is_refused_before_its_first_step(rows: List[Any]) -> None:
+    cells = _cells(rows, AB_THEN_BUILD)
+    # nothing but its own state directory in /run is made: no canary, no dead-man, no restart, no link moved
+    assert [p for p in cells if not p.startswith("before mkdir ")] == ["after the last step"]
+    assert all(cell.outcome.startswith("the module (candidate failed") and not cell.problems
+               for cell in cells["after the last step"].values())
+
+
+def test_an_ab_that_starts_at_any_cut_of_a_build_switch_is_kept_off_while_it_is_pending(rows: List[Any]) -> None:
+    cells = _cells(rows, BUILD_THEN_AB)
+    build = _cells(rows, "build activation (canary, then the switch)")
+    assert list(cells) == list(build)  # every step boundary of the switch, the A/B tried at each
+    assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the build's dead-man timer"
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems]
+
+
+def test_a_cut_while_undoing_an_interrupted_switch_leaves_its_dead_man_to_finish(rows: List[Any]) -> None:
+    name = next(p.name for p in cm.PLAYS if "starting from an interrupted one" in p.name)
+    path_rows = [(point, cells) for path, point, cells in rows if path == name]  # a label can come twice
+    points = [point for point, _cells in path_rows]
+    # the undo: 'current' back, the record back, the restart; the dead-man stays armed until it answered health
+    undo = path_rows[:points.index("before remove activation.json")]
+    assert undo[0][0] == "before point current at old-cpu"
+    assert "before systemctl restart llama-server" in [point for point, _cells in undo]
+    for point, cells in undo:
+        assert cells["module SIGKILL"].outcome == "the build's dead-man timer", point
+
+
+@pytest.mark.parametrize(("second", "first"), [
+    ("A/B x A/B: a second run at each cut of a candidate switch", "A/B candidate switch, from production"),
+    ("A/B x A/B: a second run at each cut of a baseline slot", "baseline slot after a candidate (absent restart=true)"),
+])
+def test_a_second_ab_never_gets_the_unit_at_a_cut_of_the_first(rows: List[Any], second: str, first: str) -> None:
+    name = next(p.name for p in cm.PATHS if p.name.startswith(second))
+    ours = [point for path, point, _c in rows if path == name]
+    assert ours and ours == [point for path, point, _c in rows if path == first]  # every cut of the first run
+    assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]

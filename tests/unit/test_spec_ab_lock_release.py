@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 MAIN = Path(__file__).resolve().parents[2] / "roles" / "spec_ab" / "tasks" / "main.yml"
@@ -32,3 +33,51 @@ def test_every_task_that_holds_the_lock_gives_it_back_on_failure():
     # The block before measuring fails the host after releasing (it must not carry on as if it had measured).
     before = holding[0]
     assert before["rescue"][-1].get("ansible.builtin.fail")
+
+
+def _measuring_always() -> list[dict]:
+    tasks = yaml.safe_load(MAIN.read_text())
+    return next(t for t in tasks if any("llmfleet.specdec.unit_override" in a for a in t.get("always") or []))["always"]
+
+
+def _when(task: dict, **facts: object) -> bool:
+    import jinja2
+    env = jinja2.Environment()
+    return bool(env.compile_expression(" and ".join(f"({c})" for c in (
+        task["when"] if isinstance(task["when"], list) else [task["when"]])))(**facts))
+
+
+def test_the_always_restore_asks_whether_this_run_still_holds_the_lock_first():
+    always = _measuring_always()
+    names = [next(iter(k for k in t if k.startswith(("llmfleet.", "ansible."))), None) for t in always]
+    query = names.index("llmfleet.specdec.ab_lock")
+    restore = names.index("llmfleet.specdec.unit_override")
+    assert query < restore and always[query]["llmfleet.specdec.ab_lock"]["state"] == "query"
+    assert always[query]["check_mode"] is False and always[query]["register"] == "spec_ab_lock_now"
+
+
+@pytest.mark.parametrize(("holder", "restores"), [
+    (None, True),  # nobody holds it (released by force): this run's override may be live, so restore
+    ({"run_id": "run-1"}, True),  # still this run's
+    ({"run_id": "run-2"}, False),  # taken over by a run that waited: its candidate serves, leave it
+])
+def test_the_always_restore_leaves_a_candidate_of_the_run_that_took_the_lock_over(holder, restores):
+    always = _measuring_always()
+    restore = next(t for t in always if "llmfleet.specdec.unit_override" in t)
+    said = next(t for t in always if "spec_ab_error" in (t.get("ansible.builtin.set_fact") or {}))
+    facts = {"spec_ab_unit_touched": True, "spec_ab_run_id": "run-1", "spec_ab_lock_now": {"holder": holder}}
+    assert _when(restore, **facts) is restores
+    assert _when(said, **facts) is not restores
+    assert "NOT restored" in said["ansible.builtin.set_fact"]["spec_ab_error"]
+
+
+def test_the_lock_is_renewed_inside_each_slot_between_the_start_and_the_measurement():
+    measure = yaml.safe_load((MAIN.parent / "measure.yml").read_text())[0]["block"]
+    modules = [next(iter(k for k in t if k.startswith(("llmfleet.", "ansible."))), None) for t in measure]
+    start = modules.index("llmfleet.specdec.unit_override")
+    bench = modules.index("llmfleet.specdec.spec_bench")
+    renew = [i for i, m in enumerate(modules) if m == "llmfleet.specdec.ab_lock"]
+    assert renew and start < renew[0] < bench
+    args = measure[renew[0]]["llmfleet.specdec.ab_lock"]
+    assert args["state"] == "present" and args["owner"] == "{{ spec_ab_lock_owner }}"
+    assert args["expires_after"] == "{{ spec_ab_lock_expiry }}" and "wait" not in args  # a lost lock stops the slot

@@ -71,9 +71,10 @@ def runs_under(task: dict, tag: str) -> bool:
 
 
 def changes_unit(task: dict) -> bool:
-    """Starts a candidate on the unit, or takes (or holds on to) its lock: any state but a literal absent."""
+    """Starts a candidate on the unit, or takes (or holds on to) its lock: any state but a literal absent (or a
+    query of the lock, which reads it only)."""
     return (task["module"] in ("unit_override", "ab_lock") and task["args"].get("state", "present") != "absent"
-            and not task["check_only"])
+            and not (task["module"] == "ab_lock" and task["args"].get("state") == "query") and not task["check_only"])
 
 
 def restores(task: dict) -> bool:

@@ -165,3 +165,32 @@ def test_minutes_are_readable() -> None:
 def test_zero_means_read_the_box(unset: object) -> None:
     p = plan(load_s=unset, decode_rate=unset)
     assert p["box"]["load_source"].startswith("the journal") and p["box"]["rate_source"].startswith("one request")
+
+
+def test_the_lock_covers_a_slot_whose_every_request_the_bench_sends_again() -> None:
+    quiet = plan()
+    busy = plan(bench=dict(BENCH, busy_check=True, busy_retries=2, busy_wait=30))
+    names = [c["name"] for c in CONFIGS]
+    for name in names:
+        row = busy["configs"][name]
+        each = row["measure_s"] / row["requests"]
+        assert busy["busy_resend_s"][name] == math.ceil(2 * (30 + each) * row["requests"])
+        assert busy["lock_slot_estimates"][name] == math.ceil(row["slot_s"]) + busy["busy_resend_s"][name]
+        assert quiet["busy_resend_s"][name] == 0  # no busy check: no re-sends
+    # the slots themselves (and so the candidates' dead-man) are planned as before
+    assert busy["slot_estimates"] == quiet["slot_estimates"]
+    args = (names, "baseline", busy["slot_estimates"], busy["rollback_after"], busy["health_timeout"], 10**6)
+    without, with_busy = ab_dead_man(*args), ab_dead_man(*args, busy["lock_slot_estimates"])
+    assert with_busy["per_config"] == without["per_config"]
+    longest_busy = max(busy["lock_slot_estimates"].values())
+    assert with_busy["lock_expires_after"] == math.ceil(longest_busy * with_busy["margin"]) + busy["health_timeout"] + 60
+    assert with_busy["lock_expires_after"] > without["lock_expires_after"]
+    # the baseline's slot (no dead-man: only the lock keeps a waiting run out) is covered too
+    assert with_busy["lock_expires_after"] > busy["lock_slot_estimates"]["baseline"] + busy["health_timeout"]
+
+
+def test_a_lock_estimate_that_is_no_number_is_refused_naming_it() -> None:
+    p = plan()
+    names = [c["name"] for c in CONFIGS]
+    with pytest.raises(AnsibleFilterError, match="lock estimate of draft"):
+        ab_dead_man(names, "baseline", p["slot_estimates"], p["rollback_after"], p["health_timeout"], 10**6, {"draft": "x"})
