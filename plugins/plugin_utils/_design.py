@@ -367,9 +367,11 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
     """
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise ReportInputError(f"max_rounds: expected a whole number of rounds >= 1, got {max_rounds!r}")
-    base = cells.get(baseline) or {}
-    done = sorted(r for r in base if isinstance(r, int))
-    measured = len(done)
+    # Looks follow the schedule's rounds (round index n - 1 is the n-th round), not the baseline's count: a round
+    # whose baseline start failed is still a round of the budget, and the look after it still comes (its data
+    # without that round's block), so the look after the last planned round is the final one.
+    seen = sorted({r for v in cells.values() for r in (v or {}) if isinstance(r, int) and not isinstance(r, bool)})
+    measured = seen[-1] + 1 if seen else 0
     m = max(1, len(candidates))
     verdicts: dict[str, dict[str, Any]] = {}
     history: list[dict[str, Any]] = []
@@ -411,8 +413,11 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
                 look["decided"][name] = stop
     active = [c for c in candidates if c not in decided]
     final = measured >= max_rounds or (bool(points) and not looks)
+    base_rounds = len([r for r in (cells.get(baseline) or {}) if isinstance(r, int)])
     why = (f"too few rounds to call: {measured} measured, the first look is after round {FIRST_LOOK}"
-           if measured < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
+           if measured < FIRST_LOOK else
+           f"too few rounds to call: the baseline has {base_rounds} round(s), a comparison needs {FIRST_LOOK}"
+           if base_rounds < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
     for name in candidates:
         verdicts.setdefault(name, {"ratio": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
                                    "mde": None, "noise": None, "rounds": len(cells.get(name) or {}), "why": why})

@@ -140,6 +140,23 @@ def test_the_last_look_decides_what_is_left_and_a_dropped_candidate_is_not_teste
     assert out["verdicts"]["a"]["verdict"] in ds.VERDICTS
 
 
+def test_a_failed_baseline_start_in_a_middle_round_keeps_the_looks_on_the_schedule():
+    """The baseline's start failed in round 2 of 3: the look after round 3 is still the final one, it analyses
+    round 3, and a 2x candidate gets its verdict there (not INCONCLUSIVE with the budget run out)."""
+    cells = _cells({"baseline": 1.0, "fast": 2.0}, 3, 0.01, 3)
+    del cells["baseline"][1]
+    out = ds.sequential(cells, "baseline", ["fast"], max_rounds=3)
+    assert [look["after_round"] for look in out["looks"]] == [2, 3]
+    assert out["final"] and out["active"] == [] and out["rounds_measured"] == 3
+    fast = out["verdicts"]["fast"]
+    assert fast["verdict"] == ds.WIN and fast["look"] == 3 and fast["rounds"] == 2
+    # the same run before its last round: not final, the candidate still measured
+    early = ds.sequential({n: {r: y for r, y in v.items() if r < 2} for n, v in cells.items()}, "baseline",
+                          ["fast"], max_rounds=3)
+    assert not early["final"] and early["active"] == ["fast"]
+    assert "the baseline has 1 round" in early["verdicts"]["fast"]["why"]
+
+
 def test_one_round_gives_inconclusive_with_why():
     out = ds.sequential(_cells({"baseline": 1.0, "a": 2.0}, 1, 0.01, 1), "baseline", ["a"], max_rounds=1)
     assert out["verdicts"]["a"]["verdict"] == ds.INCONCLUSIVE and "too few rounds" in out["verdicts"]["a"]["why"]
