@@ -94,7 +94,16 @@ def _chi_nodes(df: int) -> tuple[tuple[float, float], ...]:
         while lo > 1e-6 and log_f(lo) > top - 40.0:
             lo = max(lo * 0.9 - 0.01, 1e-6)
     nodes = []
-    for s, w in _simpson(lo, hi, 320 if df <= 2 else 160 if df <= 5 else 80):  # few df: a long tail in c * s
+    if df <= 2:
+        # Few df: the critical value runs to tens (83.8 at m 8, alpha 0.01, df 1), so P(max T <= c | S = s) rises
+        # from 0 to 1 over s of order 1 / c. Panels that double in width from 1e-4 resolve it at every c.
+        edges = [0.0, 1e-4]
+        while edges[-1] < hi:
+            edges.append(min(edges[-1] * 2.0, hi))
+        grid = [node for a, b in zip(edges, edges[1:]) for node in _simpson(a, b, 16)]
+    else:
+        grid = _simpson(lo, hi, 160 if df <= 5 else 80)
+    for s, w in grid:
         if s > 0:
             nodes.append((s, w * math.exp(log_f(s))))
         elif df == 1:  # the half-normal density does not vanish at 0

@@ -42,6 +42,22 @@ def test_very_few_degrees_of_freedom_match_a_simulation():
     assert ds.dunnett_c(4, 2, 0.05) == pytest.approx(4.710, abs=0.02)
 
 
+# Reference values at one and two df and small alpha: adaptive quadrature of the same double integral (mpmath's
+# tanh-sinh over S with breakpoints at 0.3/c .. 10/c, a 4000-interval Simpson over the common factor), bisection.
+FEW_DF_REFERENCE = [(8, 1, 0.01, 83.777), (8, 2, 0.01, 12.846)]
+
+
+@pytest.mark.parametrize(("m", "df", "alpha", "reference"), FEW_DF_REFERENCE)
+def test_one_and_two_df_hold_down_to_alpha_one_percent(m, df, alpha, reference):
+    assert ds.dunnett_c(m, df, alpha) == pytest.approx(reference, rel=2e-3)
+
+
+def test_the_integral_itself_is_students_t_for_one_comparison_at_few_df():
+    # dunnett_c(1, ...) is Student's t without integrating; the integral has to agree in the far tail too
+    for df, q in ((1, 0.99), (1, 0.995), (2, 0.99), (2, 0.995)):
+        assert ds.mvt_max_cdf(st.t_quantile(q, df), 1, 0.5, df) == pytest.approx(q, abs=2e-5), (df, q)
+
+
 def test_one_comparison_is_students_t_and_independence_is_sidak():
     for df in (1, 2, 4, 12):
         assert ds.dunnett_c(1, df, 0.05) == pytest.approx(st.t_quantile(0.95, df), abs=2e-4)
