@@ -117,8 +117,14 @@ def test_verdict_words():
 
 def test_alpha_spent_across_the_looks_adds_up_to_alpha():
     for max_rounds in (2, 3, 5, 8):
-        assert sum(ds.spent(n, max_rounds, 0.05) for n in range(1, max_rounds + 1)) == pytest.approx(0.05)
-    assert ds.spent(1, 5, 0.05) == 0.0 and ds.spent(2, 5, 0.05) == pytest.approx(0.02)
+        for shape in ("obf", "linear"):
+            assert sum(ds.spent(n, max_rounds, 0.05, shape) for n in range(1, max_rounds + 1)) == pytest.approx(0.05)
+    assert ds.spent(1, 5, 0.05) == 0.0 and ds.spent(2, 5, 0.05, "linear") == pytest.approx(0.02)
+    # O'Brien-Fleming type (Lan-DeMets): 2 - 2 Phi(1.95996 / sqrt(0.4)) = 0.00194 at the first of five looks,
+    # and the last look keeps the most: 0.05 - (2 - 2 Phi(1.95996 / sqrt(0.8))) = 0.0216
+    assert ds.spent(2, 5, 0.05) == pytest.approx(0.001942, abs=2e-6)
+    assert ds.spent(5, 5, 0.05) == pytest.approx(0.02157, abs=2e-5)
+    assert [ds.spent(n, 5, 0.05) for n in range(2, 6)] == sorted(ds.spent(n, 5, 0.05) for n in range(2, 6))
 
 
 def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> dict[str, dict[int, float]]:
@@ -126,16 +132,21 @@ def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> d
     return {n: {r: math.log(e) + rng.gauss(0, sigma) for r in range(rounds)} for n, e in effects.items()}
 
 
-def test_a_clear_win_stops_at_the_first_look_and_the_rest_go_on():
-    cells = {"baseline": {0: 0.0, 1: 0.02}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01},
-             "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03}}
+def test_a_clear_win_stops_early_and_the_rest_go_on():
+    cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01,
+                                                            2: math.log(2.0)},
+             "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03, 2: math.log(1.15) - 0.08}}
     out = ds.sequential(cells, "baseline", ["fast", "maybe"], max_rounds=5)
     fast = out["verdicts"]["fast"]
-    assert fast["verdict"] == ds.WIN and fast["stopped"] == "win" and fast["look"] == 2
+    # O'Brien-Fleming-type spending keeps the first look strict (0.2 % of alpha, c = 20 at 2 df): the 2x is a
+    # WIN at the second look, after round 3
+    assert out["verdicts"]["fast"] is not None and out["looks"][0]["decided"] == {}
+    assert fast["verdict"] == ds.WIN and fast["stopped"] == "win" and fast["look"] == 3
+    assert fast["level"] == pytest.approx(1 - 2 * fast["alpha_spent"])
     assert fast["low"] > 1.0 and fast["noise"] is not None and fast["mde"] > 1.0
     assert out["verdicts"]["maybe"]["verdict"] == ds.INCONCLUSIVE and "stopped" not in out["verdicts"]["maybe"]
     assert out["active"] == ["maybe"] and not out["final"]
-    assert out["looks"][0]["alpha"] == pytest.approx(0.02)
+    assert out["looks"][0]["alpha"] == pytest.approx(ds.spent(2, 5, 0.05))
 
 
 def test_a_candidate_that_cannot_reach_the_planned_speedup_stops_as_futile():
@@ -143,7 +154,7 @@ def test_a_candidate_that_cannot_reach_the_planned_speedup_stops_as_futile():
     out = ds.sequential(cells, "baseline", ["slow", "same"], max_rounds=5)
     same = out["verdicts"]["same"]
     assert same["stopped"] == "futile" and same["verdict"] in (ds.EQUIVALENT, ds.INCONCLUSIVE)
-    assert "cannot reach 1.2x" in same["why"]
+    assert "cannot reach 1.095x (halfway to the planned 1.2x)" in same["why"]
 
 
 def test_the_last_look_decides_what_is_left_and_a_dropped_candidate_is_not_tested_again():
@@ -205,3 +216,35 @@ def test_the_fixed_design_of_the_same_power_needs_more_rounds_at_more_noise():
     loud = ds.fixed_rounds(0.10, 4, 5)
     assert quiet == 2 and loud > 5
     assert ds.fixed_rounds(0.5, 4, 5, limit=10) is None
+
+
+def test_the_fixed_design_compared_with_has_the_runs_own_power():
+    """The saved-starts line compares with a fixed design of the run's own power: at 10 % noise five rounds of
+    four candidates have far less than 80 % power at 1.2x, and the fixed design of that power needs fewer rounds
+    than the 80 % one; the fixed design found has at least that power."""
+    s, m, configs = math.log(1.10), 4, 5
+    power = ds.sequential_power(s, m, configs, 5)
+    assert 0.2 < power < ds.POWER
+    rounds = ds.fixed_rounds(s, m, configs, power=power)
+    assert rounds < ds.fixed_rounds(s, m, configs)
+    df = (configs - 1) * (rounds - 1)
+    se = s * math.sqrt(2.0 / rounds)
+    assert ds.approximate_power(math.log(1.2), se, ds.dunnett_c(m, df, 0.05), df) >= power
+    # O'Brien-Fleming-type spending keeps more alpha for the last look than even spending did
+    assert ds.spent(5, 5, 0.05) > ds.spent(5, 5, 0.05, "linear")
+    assert power > ds.approximate_power(math.log(1.2), s * math.sqrt(2.0 / 5), ds.dunnett_c(m, 16, 0.01), 16)
+
+
+def test_futility_keeps_a_candidate_just_under_the_planned_speedup():
+    """The futility goal is halfway to the planned speedup: a true 1.15x at a planned 1.2x, 3 % noise, is
+    stopped as futile in few runs; a true 1.0x in most of them."""
+    def futile_share(effect: float) -> float:
+        stops = 0
+        for seed in range(60):
+            cells = _cells({"baseline": 1.0, "a": effect}, 5, 0.03, 100 + seed)
+            out = ds.sequential(cells, "baseline", ["a"], max_rounds=5)
+            stops += out["verdicts"]["a"].get("stopped") == "futile"
+        return stops / 60
+    assert ds.futility_goal(1.2) == pytest.approx(1.0954, abs=1e-4)
+    assert futile_share(1.15) <= 0.1
+    assert futile_share(1.0) >= 0.5
