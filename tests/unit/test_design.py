@@ -44,7 +44,8 @@ def test_very_few_degrees_of_freedom_match_a_simulation():
 
 # Reference values at one and two df and small alpha: adaptive quadrature of the same double integral (mpmath's
 # tanh-sinh over S with breakpoints at 0.3/c .. 10/c, a 4000-interval Simpson over the common factor), bisection.
-FEW_DF_REFERENCE = [(8, 1, 0.01, 83.777), (8, 2, 0.01, 12.846)]
+FEW_DF_REFERENCE = [(8, 1, 0.01, 83.777), (2, 1, 0.01, 47.739), (8, 1, 0.02, 41.88), (8, 2, 0.01, 12.846),
+                    (4, 2, 0.01, 10.872)]
 
 
 @pytest.mark.parametrize(("m", "df", "alpha", "reference"), FEW_DF_REFERENCE)
