@@ -194,13 +194,17 @@ def restarts(judged: Mapping[str, Any], table: Mapping[str, Mapping[int, float]]
         out["why"] = "no pooled noise estimate: no fixed design to compare with"
         return out
     configs = len(judged["configs"])
+    # the fixed design it is compared with has this run's own power (its design's, at the planned speedup and
+    # this noise), not a power it never had
+    power = _design.sequential_power(fit.s, len(candidates), len(candidates) + 1, design["max_rounds"],
+                                     alpha=design["alpha"], effect=design["min_speedup"], looks=design["sequential"])
     rounds = _design.fixed_rounds(fit.s, len(candidates), len(candidates) + 1, alpha=design["alpha"],
-                                  effect=design["min_speedup"])
+                                  effect=design["min_speedup"], power=power)
     if rounds is None:
         out["why"] = f"a fixed design would need more than 50 rounds at this noise ({math.exp(fit.s) - 1:.1%})"
         return out
     out.update(fixed_rounds=rounds, fixed_design=rounds * configs, saved=rounds * configs - used,
-               power=_design.POWER, effect=design["min_speedup"])
+               power=power, effect=design["min_speedup"])
     return out
 
 

@@ -12,10 +12,10 @@
   chi variable of the pooled variance, Simpson's rule on both).
 - :func:`verdict`: WIN / LOSS / EQUIVALENT / INCONCLUSIVE from a simultaneous interval and a margin.
 - :func:`sequential`: looks after rounds 2 .. max_rounds; at each look the undecided candidates are tested
-  against the baseline with the critical value of that look's share of alpha (alpha spent linearly in the
-  share of the planned rounds, Bonferroni across looks), and a candidate whose optimistic bound cannot reach
-  the smallest speedup worth having is stopped as futile (its own small share of beta). A decided candidate
-  is measured no more.
+  against the baseline with the critical value of that look's share of alpha (alpha spent by an O'Brien-Fleming-
+  type function of the share of the planned rounds, the looks' shares adding up to alpha), and a candidate
+  whose optimistic bound cannot reach halfway to the smallest speedup worth having is stopped as futile (its
+  own small share of beta). A decided candidate is measured no more.
 
 Standard library only; pure and deterministic.
 """
@@ -51,9 +51,9 @@ METHOD = (
     "randomized complete block design on log rates (rounds are blocks, configs treatments, fitted by least "
     "squares over every measured cell; residual variance pooled across configs); many-to-one comparisons against "
     "the baseline with Dunnett's one-sided critical value (multivariate t, equal correlation, computed by "
-    "numerical integration) for every candidate of the run; sequential looks from round 2, alpha spent linearly "
-    "in the share of planned rounds (Bonferroni across looks); futility when the optimistic bound cannot reach "
-    "the planned speedup")
+    "numerical integration) for every candidate of the run; sequential looks from round 2, alpha spent by an "
+    "O'Brien-Fleming-type function of the share of planned rounds (the looks' shares add up to alpha); futility "
+    "when the optimistic bound cannot reach halfway (log scale) to the planned speedup")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,7 +94,16 @@ def _chi_nodes(df: int) -> tuple[tuple[float, float], ...]:
         while lo > 1e-6 and log_f(lo) > top - 40.0:
             lo = max(lo * 0.9 - 0.01, 1e-6)
     nodes = []
-    for s, w in _simpson(lo, hi, 320 if df <= 2 else 160 if df <= 5 else 80):  # few df: a long tail in c * s
+    if df <= 2:
+        # Few df: the critical value runs to tens (83.8 at m 8, alpha 0.01, df 1), so P(max T <= c | S = s) rises
+        # from 0 to 1 over s of order 1 / c. Panels that double in width from 1e-4 resolve it at every c.
+        edges = [0.0, 1e-4]
+        while edges[-1] < hi:
+            edges.append(min(edges[-1] * 2.0, hi))
+        grid = [node for a, b in zip(edges, edges[1:]) for node in _simpson(a, b, 16)]
+    else:
+        grid = _simpson(lo, hi, 160 if df <= 5 else 80)
+    for s, w in grid:
         if s > 0:
             nodes.append((s, w * math.exp(log_f(s))))
         elif df == 1:  # the half-normal density does not vanish at 0
@@ -328,13 +337,47 @@ def fixed_analysis(cells: Mapping[str, Mapping[Any, float]], baseline: str, cand
 # the sequential design
 
 
-def spent(n: int, max_rounds: int, total: float) -> float:
-    """The share of ``total`` spent at the look after round n (linear in n / max_rounds; the first look at
-    FIRST_LOOK spends its cumulative share)."""
+def cumulative(t: float, total: float, shape: str = "obf") -> float:
+    """The share of ``total`` spent by information fraction t (rounds run / planned rounds). ``obf``: Lan and
+    DeMets' O'Brien-Fleming-type function 2 - 2 Phi(z_(1 - total/2) / sqrt(t)), which keeps almost all of alpha
+    for the last looks, where the looks' correlated statistics have the most rounds; ``linear``: total * t."""
+    if t <= 0.0:
+        return 0.0
+    if t >= 1.0:
+        return total
+    if shape == "linear":
+        return total * t
+    return min(total, 2.0 * (1.0 - _norm_cdf(_z(1.0 - total / 2.0) / math.sqrt(t))))
+
+
+def spent(n: int, max_rounds: int, total: float, shape: str = "obf") -> float:
+    """The share of ``total`` spent at the look after round n when every look before it tested (the first look,
+    at FIRST_LOOK, spends its cumulative share; the look after round max_rounds what is left)."""
     if n < FIRST_LOOK:
         return 0.0
-    previous = 0.0 if n == FIRST_LOOK else total * (n - 1) / max_rounds
-    return total * min(n, max_rounds) / max_rounds - previous
+    previous = 0.0 if n == FIRST_LOOK else cumulative((n - 1) / max_rounds, total, shape)
+    return cumulative(min(n, max_rounds) / max_rounds, total, shape) - previous
+
+
+def futility_goal(min_speedup: float) -> float:
+    """What a candidate's optimistic bound must still reach to be measured on: halfway (on the log scale) to the
+    planned speedup. A goal at the planned speedup itself stops most candidates just under it (a true 1.15x at a
+    planned 1.2x lost a third of its power); halfway keeps them and still stops what is no faster."""
+    return math.sqrt(min_speedup)
+
+
+def sequential_power(s: float, m: int, configs: int, max_rounds: int, *, alpha: float = ALPHA,
+                     effect: float = MIN_SPEEDUP, looks: bool = True) -> float:
+    """The power of the run's design at ``effect`` with the pooled noise ``s``, counting its last look only
+    (every candidate measured all ``max_rounds`` rounds, the alpha that look spends): a lower bound, the earlier
+    looks can only add WINs. What the fixed design it is compared with must match."""
+    rounds = max(max_rounds, FIRST_LOOK)
+    df = (configs - 1) * (rounds - 1)
+    se = s * math.sqrt(2.0 / rounds)
+    share = spent(rounds, rounds, alpha) if looks else alpha
+    if se <= 0:
+        return 1.0
+    return approximate_power(math.log(effect), se, dunnett_c(m, df, share), df)
 
 
 def approximate_power(delta: float, se: float, c: float, df: int) -> float:
@@ -367,15 +410,18 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
     """
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise ReportInputError(f"max_rounds: expected a whole number of rounds >= 1, got {max_rounds!r}")
-    base = cells.get(baseline) or {}
-    done = sorted(r for r in base if isinstance(r, int))
-    measured = len(done)
+    # Looks follow the schedule's rounds (round index n - 1 is the n-th round), not the baseline's count: a round
+    # whose baseline start failed is still a round of the budget, and the look after it still comes (its data
+    # without that round's block), so the look after the last planned round is the final one.
+    seen = sorted({r for v in cells.values() for r in (v or {}) if isinstance(r, int) and not isinstance(r, bool)})
+    measured = seen[-1] + 1 if seen else 0
     m = max(1, len(candidates))
     verdicts: dict[str, dict[str, Any]] = {}
     history: list[dict[str, Any]] = []
     points = list(range(FIRST_LOOK, min(measured, max_rounds) + 1)) if looks else (
         [min(measured, max_rounds)] if measured >= FIRST_LOOK else [])
     decided: set[str] = set()
+    used_alpha = used_beta = 0.0  # a look that could not test spends nothing: its share goes to the next look
     for n in points:
         final = n >= max_rounds or not looks
         sub = {c: {r: y for r, y in v.items() if r < n} for c, v in cells.items()}
@@ -386,24 +432,27 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
         if fit is None or fit.df <= 0 or not active:
             look["why"] = "no residual degrees of freedom" if fit is not None and active else "nothing to test"
             continue
-        a_n = alpha if not looks else spent(n, max_rounds, alpha)
-        b_n = spent(n, max_rounds, beta) if looks else 0.0
+        a_n = alpha if not looks else cumulative(n / max_rounds, alpha) - used_alpha
+        b_n = cumulative(n / max_rounds, beta, "linear") - used_beta if looks else 0.0
+        used_alpha, used_beta = used_alpha + a_n, used_beta + b_n
+        goal = futility_goal(min_speedup)
         c = dunnett_c(m, fit.df, a_n, _rho(fit, [x for x in active if x in fit.estimate]))
         look.update(alpha=a_n, c=c, df=fit.df, noise=math.exp(fit.s) - 1.0 if fit.s is not None else None)
         for name in active:
             if name not in fit.estimate:
                 continue
             row = comparison(fit, name, c, margin)
-            row.update(look=n, alpha_spent=a_n)
+            row.update(look=n, alpha_spent=a_n, level=1.0 - 2.0 * a_n)
             stop = None
             if row["verdict"] in (WIN, LOSS):
                 stop = row["verdict"].lower()
             elif looks and not final and b_n > 0:
                 optimistic = fit.estimate[name] + t_quantile(1.0 - b_n, fit.df) * fit.se[name]
-                if optimistic < math.log(min_speedup):
+                if optimistic < math.log(goal):
                     stop = "futile"
                     row["why"] = (f"stopped after round {n}: even its optimistic bound "
-                                  f"({math.exp(optimistic):.3f}x) cannot reach {min_speedup:g}x")
+                                  f"({math.exp(optimistic):.3f}x) cannot reach {goal:.3f}x "
+                                  f"(halfway to the planned {min_speedup:g}x)")
             verdicts[name] = row
             if stop:
                 row["stopped"] = stop
@@ -411,8 +460,11 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
                 look["decided"][name] = stop
     active = [c for c in candidates if c not in decided]
     final = measured >= max_rounds or (bool(points) and not looks)
+    base_rounds = len([r for r in (cells.get(baseline) or {}) if isinstance(r, int)])
     why = (f"too few rounds to call: {measured} measured, the first look is after round {FIRST_LOOK}"
-           if measured < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
+           if measured < FIRST_LOOK else
+           f"too few rounds to call: the baseline has {base_rounds} round(s), a comparison needs {FIRST_LOOK}"
+           if base_rounds < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
     for name in candidates:
         verdicts.setdefault(name, {"ratio": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
                                    "mde": None, "noise": None, "rounds": len(cells.get(name) or {}), "why": why})

@@ -310,19 +310,31 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
                      {"win": "WIN", "loss": "LOSS", "futile": "futile"}.get(v.get("stopped") or "", "-")
                      + (f" after round {v['look']}" if v.get("stopped") else ""), v.get("why") or ""])
     out += ["", *_table(["config", "status", "verdict", "speedup [simultaneous interval]", "noise",
-                         "smallest findable", "rounds", "stopped", "note"], rows)]
+                         "smallest findable (estimate)", "rounds", "stopped", "note"], rows)]
+    planned = conf.get("min_speedup")
+    optimistic = [n for n, v in conf["verdicts"].items() if v["verdict"] == "INCONCLUSIVE" and planned
+                  and v.get("mde") is not None and v["mde"] < planned]
+    if optimistic:
+        out += ["", f"**Warning**: {', '.join(optimistic)} INCONCLUSIVE with a smallest findable effect below the "
+                    f"planned {planned:g}x. That figure is an estimate from this run's own noise, which reads low "
+                    f"after a miss: it does not show that a {planned:g}x would have been found, nor that there is "
+                    "none."]
     pick = conf.get("recommendation")
     out += ["", f"**Recommendation: {pick}**" if pick else
             "**Recommendation: keep the baseline** (no eligible config has a WIN on this endpoint)."]
     r = conf.get("restarts") or {}
     if r.get("fixed_design") is not None:
-        out += ["", f"Server starts: {r['used']} used; a fixed design with {r['power']:.0%} power at "
-                    f"{r['effect']:g}x at this run's noise needs {r['fixed_rounds']} rounds, {r['fixed_design']} starts "
+        out += ["", f"Server starts: {r['used']} used; a fixed design with this design's own power at "
+                    f"{r['effect']:g}x at this run's noise ({r['power']:.0%}, its last look alone) needs "
+                    f"{r['fixed_rounds']} rounds, {r['fixed_design']} starts "
                     f"({'saved ' + str(r['saved']) if r['saved'] >= 0 else 'used ' + str(-r['saved']) + ' more'})."]
     elif r:
         out += ["", f"Server starts: {r['used']} used ({r.get('why', '')})."]
+    levels = sorted({round(v["level"], 4) for v in conf["verdicts"].values() if v.get("level") is not None})
     out += ["", "noise: the pooled spread of one config's round value between server starts; smallest findable: "
-                "the speedup this run would have called a WIN with 80 % power."]
+                "an estimate, from this run's own noise, of the speedup it would have called a WIN with 80 % power; "
+                "each interval is simultaneous at 1 - 2 x the alpha its look spent"
+                + (f" ({', '.join(f'{x:.1%}' for x in levels)})" if levels else "") + "."]
     return out
 
 

@@ -117,7 +117,8 @@ def test_the_look_after_a_round_drops_decided_and_never_winning_configs() -> Non
     run = make_run({"baseline": {}, "fast": dict(drafter, speedup=2.0, start={0: 1.0, 1: 1.01}),
                     "maybe": dict(drafter, speedup=1.15, start={0: 1.25, 1: 0.85}),
                     "lazy": {"chain": ["draft-simple"], "speedup": 1.0}}, rounds=2)
-    run["design"] = {"max_rounds": 5, "sequential": True}
+    # a budget of 3: the first look spends the O'Brien-Fleming-type share of 2 of 3 rounds (1.6 % of alpha)
+    run["design"] = {"max_rounds": 3, "sequential": True}
     look = ab_look(run)
     assert look["decided"] == {"fast": "win"}
     assert look["dropped"] == {"lazy": "NOT ENGAGED"}

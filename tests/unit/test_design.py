@@ -42,6 +42,23 @@ def test_very_few_degrees_of_freedom_match_a_simulation():
     assert ds.dunnett_c(4, 2, 0.05) == pytest.approx(4.710, abs=0.02)
 
 
+# Reference values at one and two df and small alpha: adaptive quadrature of the same double integral (mpmath's
+# tanh-sinh over S with breakpoints at 0.3/c .. 10/c, a 4000-interval Simpson over the common factor), bisection.
+FEW_DF_REFERENCE = [(8, 1, 0.01, 83.777), (2, 1, 0.01, 47.739), (8, 1, 0.02, 41.88), (8, 2, 0.01, 12.846),
+                    (4, 2, 0.01, 10.872)]
+
+
+@pytest.mark.parametrize(("m", "df", "alpha", "reference"), FEW_DF_REFERENCE)
+def test_one_and_two_df_hold_down_to_alpha_one_percent(m, df, alpha, reference):
+    assert ds.dunnett_c(m, df, alpha) == pytest.approx(reference, rel=2e-3)
+
+
+def test_the_integral_itself_is_students_t_for_one_comparison_at_few_df():
+    # dunnett_c(1, ...) is Student's t without integrating; the integral has to agree in the far tail too
+    for df, q in ((1, 0.99), (1, 0.995), (2, 0.99), (2, 0.995)):
+        assert ds.mvt_max_cdf(st.t_quantile(q, df), 1, 0.5, df) == pytest.approx(q, abs=2e-5), (df, q)
+
+
 def test_one_comparison_is_students_t_and_independence_is_sidak():
     for df in (1, 2, 4, 12):
         assert ds.dunnett_c(1, df, 0.05) == pytest.approx(st.t_quantile(0.95, df), abs=2e-4)
@@ -101,8 +118,14 @@ def test_verdict_words():
 
 def test_alpha_spent_across_the_looks_adds_up_to_alpha():
     for max_rounds in (2, 3, 5, 8):
-        assert sum(ds.spent(n, max_rounds, 0.05) for n in range(1, max_rounds + 1)) == pytest.approx(0.05)
-    assert ds.spent(1, 5, 0.05) == 0.0 and ds.spent(2, 5, 0.05) == pytest.approx(0.02)
+        for shape in ("obf", "linear"):
+            assert sum(ds.spent(n, max_rounds, 0.05, shape) for n in range(1, max_rounds + 1)) == pytest.approx(0.05)
+    assert ds.spent(1, 5, 0.05) == 0.0 and ds.spent(2, 5, 0.05, "linear") == pytest.approx(0.02)
+    # O'Brien-Fleming type (Lan-DeMets): 2 - 2 Phi(1.95996 / sqrt(0.4)) = 0.00194 at the first of five looks,
+    # and the last look keeps the most: 0.05 - (2 - 2 Phi(1.95996 / sqrt(0.8))) = 0.0216
+    assert ds.spent(2, 5, 0.05) == pytest.approx(0.001942, abs=2e-6)
+    assert ds.spent(5, 5, 0.05) == pytest.approx(0.02157, abs=2e-5)
+    assert [ds.spent(n, 5, 0.05) for n in range(2, 6)] == sorted(ds.spent(n, 5, 0.05) for n in range(2, 6))
 
 
 def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> dict[str, dict[int, float]]:
@@ -110,16 +133,21 @@ def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> d
     return {n: {r: math.log(e) + rng.gauss(0, sigma) for r in range(rounds)} for n, e in effects.items()}
 
 
-def test_a_clear_win_stops_at_the_first_look_and_the_rest_go_on():
-    cells = {"baseline": {0: 0.0, 1: 0.02}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01},
-             "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03}}
+def test_a_clear_win_stops_early_and_the_rest_go_on():
+    cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01,
+                                                            2: math.log(2.0)},
+             "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03, 2: math.log(1.15) - 0.08}}
     out = ds.sequential(cells, "baseline", ["fast", "maybe"], max_rounds=5)
     fast = out["verdicts"]["fast"]
-    assert fast["verdict"] == ds.WIN and fast["stopped"] == "win" and fast["look"] == 2
+    # O'Brien-Fleming-type spending keeps the first look strict (0.2 % of alpha, c = 20 at 2 df): the 2x is a
+    # WIN at the second look, after round 3
+    assert out["verdicts"]["fast"] is not None and out["looks"][0]["decided"] == {}
+    assert fast["verdict"] == ds.WIN and fast["stopped"] == "win" and fast["look"] == 3
+    assert fast["level"] == pytest.approx(1 - 2 * fast["alpha_spent"])
     assert fast["low"] > 1.0 and fast["noise"] is not None and fast["mde"] > 1.0
     assert out["verdicts"]["maybe"]["verdict"] == ds.INCONCLUSIVE and "stopped" not in out["verdicts"]["maybe"]
     assert out["active"] == ["maybe"] and not out["final"]
-    assert out["looks"][0]["alpha"] == pytest.approx(0.02)
+    assert out["looks"][0]["alpha"] == pytest.approx(ds.spent(2, 5, 0.05))
 
 
 def test_a_candidate_that_cannot_reach_the_planned_speedup_stops_as_futile():
@@ -127,7 +155,7 @@ def test_a_candidate_that_cannot_reach_the_planned_speedup_stops_as_futile():
     out = ds.sequential(cells, "baseline", ["slow", "same"], max_rounds=5)
     same = out["verdicts"]["same"]
     assert same["stopped"] == "futile" and same["verdict"] in (ds.EQUIVALENT, ds.INCONCLUSIVE)
-    assert "cannot reach 1.2x" in same["why"]
+    assert "cannot reach 1.095x (halfway to the planned 1.2x)" in same["why"]
 
 
 def test_the_last_look_decides_what_is_left_and_a_dropped_candidate_is_not_tested_again():
@@ -138,6 +166,23 @@ def test_the_last_look_decides_what_is_left_and_a_dropped_candidate_is_not_teste
     assert out["looks"][-1]["tested"] == ["a"]
     assert out["verdicts"]["b"]["look"] == 2
     assert out["verdicts"]["a"]["verdict"] in ds.VERDICTS
+
+
+def test_a_failed_baseline_start_in_a_middle_round_keeps_the_looks_on_the_schedule():
+    """The baseline's start failed in round 2 of 3: the look after round 3 is still the final one, it analyses
+    round 3, and a 2x candidate gets its verdict there (not INCONCLUSIVE with the budget run out)."""
+    cells = _cells({"baseline": 1.0, "fast": 2.0}, 3, 0.01, 3)
+    del cells["baseline"][1]
+    out = ds.sequential(cells, "baseline", ["fast"], max_rounds=3)
+    assert [look["after_round"] for look in out["looks"]] == [2, 3]
+    assert out["final"] and out["active"] == [] and out["rounds_measured"] == 3
+    fast = out["verdicts"]["fast"]
+    assert fast["verdict"] == ds.WIN and fast["look"] == 3 and fast["rounds"] == 2
+    # the same run before its last round: not final, the candidate still measured
+    early = ds.sequential({n: {r: y for r, y in v.items() if r < 2} for n, v in cells.items()}, "baseline",
+                          ["fast"], max_rounds=3)
+    assert not early["final"] and early["active"] == ["fast"]
+    assert "the baseline has 1 round" in early["verdicts"]["fast"]["why"]
 
 
 def test_one_round_gives_inconclusive_with_why():
@@ -172,3 +217,35 @@ def test_the_fixed_design_of_the_same_power_needs_more_rounds_at_more_noise():
     loud = ds.fixed_rounds(0.10, 4, 5)
     assert quiet == 2 and loud > 5
     assert ds.fixed_rounds(0.5, 4, 5, limit=10) is None
+
+
+def test_the_fixed_design_compared_with_has_the_runs_own_power():
+    """The saved-starts line compares with a fixed design of the run's own power: at 10 % noise five rounds of
+    four candidates have far less than 80 % power at 1.2x, and the fixed design of that power needs fewer rounds
+    than the 80 % one; the fixed design found has at least that power."""
+    s, m, configs = math.log(1.10), 4, 5
+    power = ds.sequential_power(s, m, configs, 5)
+    assert 0.2 < power < ds.POWER
+    rounds = ds.fixed_rounds(s, m, configs, power=power)
+    assert rounds < ds.fixed_rounds(s, m, configs)
+    df = (configs - 1) * (rounds - 1)
+    se = s * math.sqrt(2.0 / rounds)
+    assert ds.approximate_power(math.log(1.2), se, ds.dunnett_c(m, df, 0.05), df) >= power
+    # O'Brien-Fleming-type spending keeps more alpha for the last look than even spending did
+    assert ds.spent(5, 5, 0.05) > ds.spent(5, 5, 0.05, "linear")
+    assert power > ds.approximate_power(math.log(1.2), s * math.sqrt(2.0 / 5), ds.dunnett_c(m, 16, 0.01), 16)
+
+
+def test_futility_keeps_a_candidate_just_under_the_planned_speedup():
+    """The futility goal is halfway to the planned speedup: a true 1.15x at a planned 1.2x, 3 % noise, is
+    stopped as futile in few runs; a true 1.0x in most of them."""
+    def futile_share(effect: float) -> float:
+        stops = 0
+        for seed in range(60):
+            cells = _cells({"baseline": 1.0, "a": effect}, 5, 0.03, 100 + seed)
+            out = ds.sequential(cells, "baseline", ["a"], max_rounds=5)
+            stops += out["verdicts"]["a"].get("stopped") == "futile"
+        return stops / 60
+    assert ds.futility_goal(1.2) == pytest.approx(1.0954, abs=1e-4)
+    assert futile_share(1.15) <= 0.1
+    assert futile_share(1.0) >= 0.5

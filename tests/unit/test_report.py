@@ -388,3 +388,20 @@ def test_a_run_that_measured_nothing_still_renders_a_report():
     files, notes = _plots.render(doc)
     assert files == {} and len(notes) == 3
     assert json.loads(rp.history_line(doc))["configs"]["d"]["status"] == "FAILED"
+
+
+def test_an_inconclusive_row_with_a_smallest_findable_below_the_plan_is_warned():
+    conf = {"endpoint": "e2e", "weights": {"prose": 1.0}, "weights_from": "the declared traffic mix", "alpha": 0.05,
+            "sequential": True, "max_rounds": 5, "margin": 0.05, "min_speedup": 1.2, "recommendation": None,
+            "verdicts": {"a": {"verdict": "INCONCLUSIVE", "ratio": 1.1, "low": 0.97, "high": 1.25, "noise": 0.02,
+                               "mde": 1.12, "rounds": 5, "level": 0.9568},
+                         "b": {"verdict": "INCONCLUSIVE", "ratio": 1.1, "low": 0.9, "high": 1.4, "noise": 0.08,
+                               "mde": 1.5, "rounds": 5, "level": 0.9568}},
+            "restarts": {"used": 15, "fixed_rounds": 3, "fixed_design": 9, "saved": -6, "power": 0.42,
+                         "effect": 1.2}}
+    text = "\n".join(rp._confirmatory({"baseline": "baseline", "confirmatory": conf}))
+    assert "smallest findable (estimate)" in text
+    assert "**Warning**: a INCONCLUSIVE with a smallest findable effect below the planned 1.2x" in text
+    assert "b INCONCLUSIVE" not in text
+    assert "this design's own power at 1.2x at this run's noise (42%, its last look alone)" in text
+    assert "used 6 more" in text and "(95.7%)" in text
