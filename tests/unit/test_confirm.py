@@ -1,6 +1,8 @@
 """The confirmatory endpoint of a run: end-to-end against decode, its weights, the design's inputs, report.json's C3."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from ab_runs import make_run
 
@@ -105,3 +107,26 @@ def test_the_prediction_uses_the_verification_and_prefill_timed_within_the_start
         e["bench"].pop("verify", None)
     p = next(x for x in jd.judge(run, n_boot=100)["prediction"] if x["config"] == "d" and x["shape"] == "prose")
     assert p["verify_ms"] == pytest.approx(1.1 * p["t_s_ms"]) and p["verify_source"].startswith("assumed")
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("wall_s", float("inf")), ("wall_s", float("nan")), ("wall_s", "0.4"), ("wall_s", -1.0), ("wall_s", True),
+    ("predicted_per_second", float("inf")), ("predicted_per_second", float("nan")), ("predicted_per_second", "fast"),
+    ("ttft_s", float("inf")), ("ttft_s", float("-inf")), ("ttft_s", "0.1"), ("ttft_s", -0.5)])
+def test_a_non_finite_or_mistyped_request_value_is_a_named_input_error(key, value):
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=2)
+    run["entries"][1]["bench"]["requests"][3][key] = value
+    where = f"run.entries[1].bench.requests[3].{key}"
+    with pytest.raises(st.ReportInputError, match="^" + re.escape(where) + ": expected a finite number >= 0"):
+        jd.check_run(run)
+    # the judge and the look after a round go through the same check: never a math error deep in _confirm
+    with pytest.raises(st.ReportInputError, match=key):
+        jd.judge(run, n_boot=10)
+
+
+def test_finite_request_values_and_nulls_pass_the_check():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=2)
+    req = run["entries"][1]["bench"]["requests"][3]
+    req.update(ttft_s=None, predicted_per_second=None, wall_s=0)
+    checked = jd.check_run(run)["entries"][1]["bench"]["requests"][3]
+    assert checked["wall_s"] == 0 and checked["ttft_s"] is None
