@@ -28,7 +28,10 @@ ENDPOINTS = ("e2e", "decode")
 METRICS = ("decode", "e2e", "ttft")
 DEFAULT_DESIGN = {"endpoint": "e2e", "max_rounds": None, "sequential": True, "alpha": _design.ALPHA,
                   "margin": _design.EQUIVALENCE_MARGIN, "min_speedup": _design.MIN_SPEEDUP, "beta": _design.BETA,
-                  "primary_shape": None}
+                  "primary_shape": None, "win_margin": None}
+# A WIN is recommended or promoted only when its lower bound is above 1 + this share (spec_ab_win_margin): a
+# speedup the interval proves but too small to act on (a true 1.02x at very low noise) stays a WIN, not a change.
+WIN_MARGIN = 0.02
 
 
 def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
@@ -49,7 +52,9 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
                                f"got {d['endpoint']!r}")
     if d["max_rounds"] is None:
         d["max_rounds"] = max(rounds_measured, 1)
-    for key, lo, hi in (("alpha", 0.0, 0.5), ("margin", 0.0, 1.0), ("beta", 0.0, 0.5)):
+    if d["win_margin"] is None:
+        d["win_margin"] = WIN_MARGIN
+    for key, lo, hi in (("alpha", 0.0, 0.5), ("margin", 0.0, 1.0), ("beta", 0.0, 0.5), ("win_margin", 0.0, 1.0)):
         v = d[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (key == "alpha" and v == 0):
             raise ReportInputError(f"run.design.{key}: expected a share in ({lo:g}, {hi:g}), got {v!r}")
@@ -62,6 +67,12 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
                                f"(spec_ab_max_rounds), got {v!r}")
     d["sequential"] = bool(d["sequential"])
     return d
+
+
+def practical(row: Mapping[str, Any], win_margin: float) -> bool:
+    """A WIN that can be recommended or promoted: its lower bound above 1 + ``win_margin``."""
+    low = row.get("low")
+    return row.get("verdict") == _design.WIN and isinstance(low, (int, float)) and low > 1.0 + win_margin
 
 
 def request_rate(request: Mapping[str, Any], metric: str) -> float | None:
@@ -145,6 +156,7 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "endpoint": design["endpoint"], "weights": weights, "weights_from": source, "method": _design.METHOD,
         "combination": MIX_COMBINATION, "alpha": design["alpha"], "margin": design["margin"],
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
+        "win_margin": design["win_margin"],
         "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
     }
     missing = [s for s in weights if s not in judged["shapes"]]
@@ -161,10 +173,15 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                                 looks=design["sequential"])
     for name, row in result["verdicts"].items():
         row["status"] = configs[name]["status"]
+        row["practical"] = practical(row, design["win_margin"])
+        if row["verdict"] == _design.WIN and not row["practical"]:
+            row["why"] = (f"a WIN below the practical margin: its lower bound {row['low']:.3f}x is not above "
+                          f"{1.0 + design['win_margin']:.3f}x (1 + spec_ab_win_margin), too small to recommend or "
+                          "promote")
         out["verdicts"][name] = row
     out.update(active=result["active"], looks=result["looks"], final=result["final"],
                rounds_measured=result["rounds_measured"])
-    eligible = [n for n, r in out["verdicts"].items() if r["verdict"] == _design.WIN and configs[n]["status"] == "OK"
+    eligible = [n for n, r in out["verdicts"].items() if r["practical"] and configs[n]["status"] == "OK"
                 and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]
     if eligible:
         out["recommendation"] = max(eligible, key=lambda n: out["verdicts"][n]["ratio"])
@@ -231,8 +248,11 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
         out.update(config=pick, speedup=row["ratio"], ci_low=row["low"], ci_high=row["high"],
                    reason=(f"{pick} is {row['ratio']:.2f}x the baseline on the confirmatory endpoint "
                            f"({conf['endpoint']} over {conf['weights_from']}) [{row['low']:.2f}, {row['high']:.2f}], "
-                           f"a WIN with the family-wise error held at {conf['alpha']:g}"))
+                           f"a WIN with the family-wise error held at {conf['alpha']:g}, its lower bound above "
+                           f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"))
     else:
         out.update(config=baseline, keep_baseline=True,
-                   reason="no eligible config has a WIN on the confirmatory endpoint: keep the baseline")
+                   reason="no eligible config has a WIN above the practical margin (lower bound above 1 + "
+                          f"{conf.get('win_margin', WIN_MARGIN):g}, spec_ab_win_margin) on the confirmatory "
+                          "endpoint: keep the baseline")
     return out

@@ -44,6 +44,7 @@ POWER = 0.8
 # The share of power the futility stops may cost at most (spent across looks like alpha).
 BETA = 0.2
 _TIE = 1e-9  # rounding, not a speedup: a run without any noise gives a point interval
+_ZERO_NOISE = 1e-6  # a pooled SD (log scale) at or below this is rounding, not noise: no measured start is this steady
 FIRST_LOOK = 2  # no look before two rounds: one round gives no variance between starts
 MAX_ROUNDS = 5
 
@@ -299,6 +300,11 @@ def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN
     row.update(low=math.exp(d - c * se), high=math.exp(d + c * se), se=se,
                mde=math.exp((c + _power_t(fit.df)) * se))
     row["verdict"] = verdict(row["low"], row["high"], margin)
+    if fit.s <= _ZERO_NOISE:  # a point interval proves nothing about a sliver: within the margin it is a tie
+        row["why"] = ("zero residual: every round agrees exactly (copied or synthetic data?); the interval is a "
+                      "point, so a ratio within the equivalence margin is EQUIVALENT, never a WIN or a LOSS")
+        if 1.0 / (1.0 + margin) <= row["ratio"] <= 1.0 + margin:
+            row["verdict"] = EQUIVALENT
     return row
 
 

@@ -94,14 +94,14 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
     candidate's verdict with its interval, noise and smallest findable effect, and the recommendation."""
     conf = judged.get("confirmatory") or {}
     keys = ("verdict", "ratio", "low", "high", "mde", "noise")
-    extra = ("rounds", "look", "stopped", "why", "df", "status")
+    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical")
     return {
         "endpoint": conf.get("endpoint"), "weights": conf.get("weights") or {}, "method": conf.get("method"),
         "alpha": conf.get("alpha"),
         "verdicts": {n: {**{k: v.get(k) for k in keys}, **{k: v[k] for k in extra if k in v}}
                      for n, v in (conf.get("verdicts") or {}).items()},
         "recommendation": conf.get("recommendation"),
-        "weights_from": conf.get("weights_from"), "margin": conf.get("margin"),
+        "weights_from": conf.get("weights_from"), "margin": conf.get("margin"), "win_margin": conf.get("win_margin"),
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
         "why": conf.get("why"),
@@ -267,7 +267,9 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
            f"{j['baseline']}. Family-wise false-WIN rate at most {conf['alpha']:g} across the run's candidates"
            + (f" and its looks (a look after every round from 2 to {conf['max_rounds']})" if conf["sequential"]
               else f" (one look after {conf.get('rounds_measured', '?')} rounds)")
-           + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}."]
+           + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}"
+           + (f"; a WIN is recommended only with its lower bound above 1 + {conf['win_margin']:g} (spec_ab_win_margin)"
+              if conf.get("win_margin") is not None else "") + "."]
     if conf.get("why"):
         return [*out, "", f"**No confirmatory verdict**: {conf['why']}."]
     rows = []
@@ -281,7 +283,8 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
                          "smallest findable", "rounds", "stopped", "note"], rows)]
     pick = conf.get("recommendation")
     out += ["", f"**Recommendation: {pick}**" if pick else
-            "**Recommendation: keep the baseline** (no eligible config has a WIN on this endpoint)."]
+            "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
+            "endpoint)."]
     r = conf.get("restarts") or {}
     if r.get("fixed_design") is not None:
         out += ["", f"Server starts: {r['used']} used; a fixed design with {r['power']:.0%} power at "
@@ -584,7 +587,8 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
                      f"[simultaneous interval] | noise | smallest findable")
         for name, v in conf["verdicts"].items():
             stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
-            lines.append(" | ".join(["confirmatory", name, v["verdict"] + stopped,
+            below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""
+            lines.append(" | ".join(["confirmatory", name, v["verdict"] + below + stopped,
                                      _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
                                      _num(v["mde"], "{:.2f}x")]))
     lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")

@@ -27,6 +27,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _quality
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm
 
 SCHEMA = "llmfleet.specdec/promotion/1"
 BEGIN = "# >>> llmfleet.specdec promotion (managed by playbooks/promote.yml; re-run it to change)"
@@ -64,7 +65,8 @@ def promotion_table(report: dict[str, Any], winner: str) -> list[str]:
 
 def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     """The config's verdict on the run's confirmatory endpoint (report.json's ``confirmatory``, contract C3):
-    ``win`` is true only for WIN. A report without that section (written before it existed) has no WIN."""
+    ``win`` is true only for a WIN whose lower bound is above 1 + the run's ``win_margin`` (the default margin for
+    a report written before it). A report without that section (written before it existed) has no WIN."""
     conf = report.get("confirmatory")
     out: dict[str, Any] = {"win": False, "verdict": None, "endpoint": None, "ratio": None, "low": None,
                            "high": None}
@@ -76,10 +78,15 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     if not isinstance(row, dict):
         out["why"] = f"{config!r} is not among its candidates (the baseline, or a drafter probe)"
         return out
+    margin = conf.get("win_margin")
+    margin = margin if isinstance(margin, (int, float)) and not isinstance(margin, bool) else _confirm.WIN_MARGIN
     out.update(verdict=row.get("verdict"), ratio=row.get("ratio"), low=row.get("low"), high=row.get("high"),
-               win=row.get("verdict") == "WIN")
+               win=_confirm.practical(row, margin), win_margin=margin)
     out["why"] = f"its verdict is {row.get('verdict')}" + (
         f", {row['ratio']:.2f}x [{row['low']:.2f}, {row['high']:.2f}]" if row.get("low") is not None else "")
+    if row.get("verdict") == "WIN" and not out["win"]:
+        out["why"] += (f", a WIN below the practical margin (its lower bound is not above {1.0 + margin:.3f}x, "
+                       "1 + spec_ab_win_margin)")
     return out
 
 

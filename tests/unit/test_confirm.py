@@ -121,7 +121,7 @@ def test_a_non_finite_or_mistyped_request_value_is_a_named_input_error(key, valu
         jd.check_run(run)
     # the judge and the look after a round go through the same check: never a math error deep in _confirm
     with pytest.raises(st.ReportInputError, match=key):
-        jd.judge(run, n_boot=10)
+        jd.judge(run, n_boot=100)
 
 
 def test_finite_request_values_and_nulls_pass_the_check():
@@ -130,3 +130,39 @@ def test_finite_request_values_and_nulls_pass_the_check():
     req.update(ttft_s=None, predicted_per_second=None, wall_s=0)
     checked = jd.check_run(run)["entries"][1]["bench"]["requests"][3]
     assert checked["wall_s"] == 0 and checked["ttft_s"] is None
+
+
+def test_a_win_needs_its_lower_bound_above_the_practical_margin_to_be_recommended():
+    run = make_run({"baseline": {"noise": 0.01}, "d": dict(DRAFTER, speedup=1.1, noise=0.01, start=START)}, rounds=4)
+    run["design"] = {"sequential": False}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert judged["confirmatory"]["win_margin"] == _confirm.WIN_MARGIN == 0.02
+    assert row["verdict"] == "WIN" and row["low"] > 1.02 and row["practical"] is True
+    assert judged["recommendation"]["config"] == "d"
+    # the operator asks for more than this run proves (spec_ab_win_margin 0.2): still a WIN, never recommended
+    run["design"] = {"sequential": False, "win_margin": 0.2}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert row["verdict"] == "WIN" and row["practical"] is False and "below the practical margin" in row["why"]
+    assert judged["recommendation"]["keep_baseline"] is True and "1 + 0.2" in judged["recommendation"]["reason"]
+    document = rp.build_document(run, judged)
+    section = rp.confirmatory_section(judged)
+    assert section["win_margin"] == 0.2 and section["verdicts"]["d"]["practical"] is False
+    assert any("d | WIN (below the practical margin)" in line for line in rp.summary_lines(document))
+    assert "lower bound above 1 + 0.2 (spec_ab_win_margin)" in rp.markdown(document)
+    run["design"] = {"win_margin": -0.1}
+    with pytest.raises(st.ReportInputError, match="win_margin"):
+        jd.judge(run, n_boot=100)
+
+
+@pytest.mark.parametrize("speedup", [1.0, 1.004, 0.99])
+def test_zero_residual_data_is_no_win_and_no_recommendation(speedup):
+    # every round agrees exactly: a point interval, which must not read "1.00x [1.00, 1.00] WIN"
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=speedup)}, rounds=3)
+    run["design"] = {"sequential": False, "win_margin": 0.0}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert row["low"] == pytest.approx(row["high"])
+    assert row["verdict"] == "EQUIVALENT" and "zero residual" in row["why"]
+    assert judged["recommendation"]["keep_baseline"] is True
