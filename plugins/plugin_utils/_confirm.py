@@ -21,7 +21,12 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
-from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import MIX_COMBINATION, ReportInputError, mix_rate
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
+    MIX_COMBINATION,
+    ReportInputError,
+    _betainc,  # the F tail
+    mix_rate,
+)
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design
 
 ENDPOINTS = ("e2e", "decode")
@@ -186,6 +191,46 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
     if eligible:
         out["recommendation"] = max(eligible, key=lambda n: out["verdicts"][n]["ratio"])
     out["restarts"] = restarts(judged, table, baseline, candidates, design)
+    out.update(noise_by_config(table, baseline))
+    return out
+
+
+SPREAD_WARN = 1.5  # configs whose residual spreads differ by more than this factor: unequal noise
+
+
+def _f_tail(x: float, d1: float, d2: float) -> float:
+    """P(F > x) for an F distribution with (d1, d2) degrees of freedom."""
+    return _betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
+
+
+def noise_by_config(table: Mapping[str, Mapping[int, float]], baseline: str) -> dict[str, Any]:
+    """Each config's own residual spread (as a share) and a warning when they differ by more than SPREAD_WARN:
+    the pooled noise then hides a noisier baseline or candidate, and the comparisons use the pair's own error."""
+    fit = _design.fit_blocks(table, baseline)
+    if fit is None or fit.s is None:
+        return {"spread": {}}
+    spread = {n: (math.exp(v) - 1.0 if v is not None else None) for n, v in fit.spread.items()}
+    out: dict[str, Any] = {"spread": spread}
+    # one config against the others pooled, warned about only when the difference is beyond chance (F test at
+    # 1 %): with 2-4 rounds per config single spreads differ by 1.5x between equal configs all the time
+    for name, v in fit.spread.items():
+        rest = [x for n, x in fit.spread.items() if n != name and x is not None]
+        d1 = float(fit.blocks - 1)
+        d2 = d1 * len(rest)
+        if v is None or len(rest) < 1 or d1 < 1:
+            continue
+        other = math.sqrt(sum(x * x for x in rest) / len(rest))
+        if other <= 0 or v <= 0 or (v <= SPREAD_WARN * other and other <= SPREAD_WARN * v):
+            continue
+        ratio = (v / other) ** 2
+        tail = _f_tail(ratio, d1, d2) if ratio >= 1 else _f_tail(1.0 / ratio, d2, d1)
+        if tail < 0.01:
+            word = "noisier" if v > other else "steadier"
+            out["spread_warning"] = (f"unequal noise: {name}'s spread between starts ({spread[name]:.1%}) is "
+                                     f"{max(v, other) / max(min(v, other), 1e-12):.1f}x {word} than the other configs' "
+                                     f"({math.exp(other) - 1.0:.1%}); the pooled noise hides it, so each comparison "
+                                     "uses the larger of the pooled error and its pair's own")
+            break
     return out
 
 

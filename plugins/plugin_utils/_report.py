@@ -104,7 +104,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "weights_from": conf.get("weights_from"), "margin": conf.get("margin"), "win_margin": conf.get("win_margin"),
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
-        "why": conf.get("why"),
+        "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
     }
 
 
@@ -281,6 +281,11 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
                      + (f" after round {v['look']}" if v.get("stopped") else ""), v.get("why") or ""])
     out += ["", *_table(["config", "status", "verdict", "speedup [simultaneous interval]", "noise",
                          "smallest findable", "rounds", "stopped", "note"], rows)]
+    if conf.get("spread"):
+        out += ["", "Each config's own spread between starts: "
+                + ", ".join(f"{n} {_pct(v)}" for n, v in conf["spread"].items()) + "."]
+    if conf.get("spread_warning"):
+        out += ["", f"**Warning**: {conf['spread_warning']}."]
     pick = conf.get("recommendation")
     out += ["", f"**Recommendation: {pick}**" if pick else
             "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
@@ -591,6 +596,8 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
             lines.append(" | ".join(["confirmatory", name, v["verdict"] + below + stopped,
                                      _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
                                      _num(v["mde"], "{:.2f}x")]))
+        if conf.get("spread_warning"):
+            lines.append(f"confirmatory | warning | {conf['spread_warning']}")
     lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")
     for shape in j["shapes"]:
         for name in j["order"]:

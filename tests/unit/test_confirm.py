@@ -166,3 +166,22 @@ def test_zero_residual_data_is_no_win_and_no_recommendation(speedup):
     assert row["low"] == pytest.approx(row["high"])
     assert row["verdict"] == "EQUIVALENT" and "zero residual" in row["why"]
     assert judged["recommendation"]["keep_baseline"] is True
+
+
+def test_each_configs_spread_is_reported_and_unequal_noise_is_warned_about():
+    run = make_run({"baseline": {"noise": 0.3}, "d": dict(DRAFTER, speedup=1.3, noise=0.02),
+                    "e": dict(DRAFTER, speedup=1.0, noise=0.02)}, rounds=4)
+    run["design"] = {"sequential": False}
+    judged = jd.judge(run, n_boot=100)
+    conf = judged["confirmatory"]
+    assert set(conf["spread"]) == {"baseline", "d", "e"}
+    assert conf["spread"]["baseline"] > 1.5 * max(conf["spread"]["d"], conf["spread"]["e"])
+    assert conf["spread_warning"].startswith("unequal noise: baseline's spread")
+    document = rp.build_document(run, judged)
+    assert "**Warning**: unequal noise" in rp.markdown(document)
+    assert any(line.startswith("confirmatory | warning | unequal noise") for line in rp.summary_lines(document))
+    assert rp.confirmatory_section(judged)["spread"] == conf["spread"]
+    # equal noise: the spreads are there, no warning
+    run = make_run({"baseline": {"noise": 0.05}, "d": dict(DRAFTER, speedup=1.3, noise=0.05)}, rounds=4)
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert set(conf["spread"]) == {"baseline", "d"} and "spread_warning" not in conf
