@@ -148,7 +148,38 @@ def weights_of(run_mix: Mapping[str, float] | None, shapes: Sequence[str], desig
         return {str(primary): 1.0}, f"the primary shape {primary} (spec_ab_primary_shape)"
     if run_mix:
         return dict(run_mix), "the declared traffic mix (spec_ab_mix, traffic weights)"
-    return ({s: 1.0 / len(shapes) for s in shapes} if shapes else {}), "equal weights over the measured shapes"
+    return ({s: 1.0 / len(shapes) for s in shapes} if shapes else {}), BUILT_IN
+
+
+BUILT_IN = "the built-in mix (no traffic declared): equal weights over the measured shapes"
+
+
+def sizes_of(gathered: Mapping[str, Any], baseline: str, shapes: Sequence[str]) -> dict[str, dict[str, float]]:
+    """shape -> the baseline's mean prompt and output tokens per request (what the built-in mix measured)."""
+    out: dict[str, dict[str, float]] = {}
+    for shape in shapes:
+        reqs = (gathered.get(baseline) or {}).get("shape_requests", {}).get(shape, [])
+        sizes = {}
+        for key in ("prompt_n", "predicted_n"):
+            vals = [r[key] for r in reqs if isinstance(r.get(key), int) and not isinstance(r.get(key), bool)]
+            if vals:
+                sizes[key] = sum(vals) / len(vals)
+        out[shape] = sizes
+    return out
+
+
+def headline(conf: Mapping[str, Any]) -> str:
+    """The line every verdict carries: the endpoint's metric and weights, and who decided them."""
+    weights = ", ".join(f"{s} {w:.0%}" for s, w in (conf.get("weights") or {}).items()) or "none"
+    line = f"endpoint {conf.get('endpoint')} tokens/s over {weights}"
+    if conf.get("declared") is False:
+        sizes = "; ".join(f"{s} {v.get('prompt_n', 0):.0f} prompt / {v.get('predicted_n', 0):.0f} output tokens"
+                          for s, v in (conf.get("sizes") or {}).items() if v)
+        line += (": the BUILT-IN mix decided, not your traffic (declare it with spec_ab_traffic, spec_ab_mix or "
+                 "spec_ab_primary_shape)" + (f"; its sizes: {sizes}" if sizes else ""))
+    else:
+        line += f" ({conf.get('weights_from')})"
+    return line
 
 
 def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,7 +194,11 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
         "win_margin": design["win_margin"],
         "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
+        "declared": source != BUILT_IN,
     }
+    if source == BUILT_IN:
+        out["sizes"] = sizes_of(gathered, baseline, list(weights))
+    out["headline"] = headline(out)
     missing = [s for s in weights if s not in judged["shapes"]]
     if missing or not weights:
         out["why"] = (f"the endpoint's shape(s) {', '.join(missing)} were not measured (measured: "
@@ -292,7 +327,8 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
         row = conf["verdicts"][pick]
         out.update(config=pick, speedup=row["ratio"], ci_low=row["low"], ci_high=row["high"],
                    reason=(f"{pick} is {row['ratio']:.2f}x the baseline on the confirmatory endpoint "
-                           f"({conf['endpoint']} over {conf['weights_from']}) [{row['low']:.2f}, {row['high']:.2f}], "
+                           f"({conf.get('headline') or conf['endpoint'] + ' over ' + conf['weights_from']}) "
+                           f"[{row['low']:.2f}, {row['high']:.2f}], "
                            f"a WIN with the family-wise error held at {conf['alpha']:g}, its lower bound above "
                            f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"))
     else:

@@ -105,6 +105,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
         "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
+        "declared": conf.get("declared"), "sizes": conf.get("sizes"), "headline": conf.get("headline"),
     }
 
 
@@ -270,6 +271,9 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
            + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}"
            + (f"; a WIN is recommended only with its lower bound above 1 + {conf['win_margin']:g} (spec_ab_win_margin)"
               if conf.get("win_margin") is not None else "") + "."]
+    if conf.get("declared") is False:
+        out += ["", f"**Not your traffic**: {conf['headline']}. promote.yml refuses a winner of this run unless "
+                    "specdec_promote_force=true (recorded)."]
     if conf.get("why"):
         return [*out, "", f"**No confirmatory verdict**: {conf['why']}."]
     rows = []
@@ -588,8 +592,11 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
     conf = j.get("confirmatory") or {}
     lines = []
     if conf:
-        lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}) | config | verdict | speedup "
-                     f"[simultaneous interval] | noise | smallest findable")
+        weights = ", ".join(f"{s} {w:.0%}" for s, w in (conf.get("weights") or {}).items()) or "none"
+        lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}: {weights}) "
+                     "| config | verdict | speedup [simultaneous interval] | noise | smallest findable")
+        if conf.get("declared") is False:
+            lines.append(f"confirmatory | warning | {conf['headline']}")
         for name, v in conf["verdicts"].items():
             stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
             below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""

@@ -185,3 +185,22 @@ def test_each_configs_spread_is_reported_and_unequal_noise_is_warned_about():
     run = make_run({"baseline": {"noise": 0.05}, "d": dict(DRAFTER, speedup=1.3, noise=0.05)}, rounds=4)
     conf = jd.judge(run, n_boot=100)["confirmatory"]
     assert set(conf["spread"]) == {"baseline", "d"} and "spread_warning" not in conf
+
+
+def test_the_headline_names_the_endpoint_and_its_weights_and_says_when_the_built_in_mix_decided():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=3)
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert conf["declared"] is False and conf["weights_from"] == _confirm.BUILT_IN
+    assert conf["sizes"]["prose"] == {"prompt_n": 100, "predicted_n": 64}
+    assert conf["headline"].startswith("endpoint e2e tokens/s over prose 25%, echo 25%, structured 25%, identity 25%: "
+                                       "the BUILT-IN mix decided")
+    assert "prose 100 prompt / 64 output tokens" in conf["headline"]
+    judged = jd.judge(run, n_boot=100)
+    assert conf["headline"] in judged["recommendation"]["reason"]
+    # declared traffic: the headline names the weights and where they came from, no warning
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=3,
+                   mix={"prose": 0.8, "identity": 0.2})
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert conf["declared"] is True and "sizes" not in conf
+    assert conf["headline"] == ("endpoint e2e tokens/s over prose 80%, identity 20% (the declared traffic mix "
+                                "(spec_ab_mix, traffic weights))")

@@ -196,3 +196,20 @@ def test_the_newest_run_is_the_newest_of_this_unit() -> None:
     assert ab_history_last(history, "h") == "20261103T000000Z-cccccc"
     with pytest.raises(AnsibleFilterError, match="ab_history_last: unit"):
         ab_history_last(history, "h", "bad unit/../")
+
+
+def test_a_win_on_the_built_in_mix_is_not_promoted_without_declared_traffic_unless_forced() -> None:
+    built_in = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], declared=False, weights_from="the built-in mix",
+                                              weights={"prose": 0.5, "echo": 0.5}))
+    with pytest.raises(AnsibleFilterError, match=r"judged on the built-in mix \(prose 50%, echo 50%\).*"
+                                                 r"specdec_ab_traffic.*specdec_promote_force=true"):
+        promotion_record(built_in, "ngram-mod")
+    forced = promotion_record(built_in, "ngram-mod", force=True)
+    assert forced["forced"] is True and forced["traffic"] == "built-in" and forced["verdict"] == "WIN"
+    assert "BUILT-IN mix" in forced["table"][1]
+    # a report written before the flag said so in words: the same refusal
+    old = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], weights_from="equal weights over the measured shapes"))
+    with pytest.raises(AnsibleFilterError, match="built-in mix"):
+        promotion_record(old, "ngram-mod")
+    # declared traffic: promoted, not forced
+    assert promotion_record(REPORT, "ngram-mod")["traffic"] == "declared"
