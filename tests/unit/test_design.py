@@ -193,3 +193,18 @@ def test_the_fixed_design_of_the_same_power_needs_more_rounds_at_more_noise():
     loud = ds.fixed_rounds(0.10, 4, 5)
     assert quiet == 2 and loud > 5
     assert ds.fixed_rounds(0.5, 4, 5, limit=10) is None
+
+
+@pytest.mark.parametrize("candidates", [4])
+def test_a_baseline_three_times_noisier_keeps_the_family_wise_false_win_near_alpha(candidates):
+    # null candidates, a baseline 3x noisier than them, the sequential design at its defaults; seeded. The pooled
+    # error alone gave 8.4 % false WINs with 4 candidates; the pair's own error holds it near 5 %. (8 candidates
+    # measure 5.5-8 %, not yet under 5 %: docs/statistics.md.)
+    rng = random.Random(35)
+    runs, false_wins = 150, 0
+    for _run in range(runs):
+        names = ["baseline", *(f"c{i}" for i in range(candidates))]
+        cells = {n: {r: rng.gauss(0, 0.15 if n == "baseline" else 0.05) + 0.1 * r for r in range(5)} for n in names}
+        result = ds.sequential(cells, "baseline", names[1:], max_rounds=5)
+        false_wins += any(v["verdict"] == ds.WIN for v in result["verdicts"].values())
+    assert false_wins / runs <= 0.075
