@@ -21,14 +21,22 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
-from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import MIX_COMBINATION, ReportInputError, mix_rate
+from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import (
+    MIX_COMBINATION,
+    ReportInputError,
+    _betainc,  # the F tail
+    mix_rate,
+)
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design
 
 ENDPOINTS = ("e2e", "decode")
 METRICS = ("decode", "e2e", "ttft")
 DEFAULT_DESIGN = {"endpoint": "e2e", "max_rounds": None, "sequential": True, "alpha": _design.ALPHA,
                   "margin": _design.EQUIVALENCE_MARGIN, "min_speedup": _design.MIN_SPEEDUP, "beta": _design.BETA,
-                  "primary_shape": None}
+                  "primary_shape": None, "win_margin": None}
+# A WIN is recommended or promoted only when its lower bound is above 1 + this share (spec_ab_win_margin): a
+# speedup the interval proves but too small to act on (a true 1.02x at very low noise) stays a WIN, not a change.
+WIN_MARGIN = 0.02
 
 
 def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
@@ -49,7 +57,9 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
                                f"got {d['endpoint']!r}")
     if d["max_rounds"] is None:
         d["max_rounds"] = max(rounds_measured, 1)
-    for key, lo, hi in (("alpha", 0.0, 0.5), ("margin", 0.0, 1.0), ("beta", 0.0, 0.5)):
+    if d["win_margin"] is None:
+        d["win_margin"] = WIN_MARGIN
+    for key, lo, hi in (("alpha", 0.0, 0.5), ("margin", 0.0, 1.0), ("beta", 0.0, 0.5), ("win_margin", 0.0, 1.0)):
         v = d[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi or (key == "alpha" and v == 0):
             raise ReportInputError(f"run.design.{key}: expected a share in ({lo:g}, {hi:g}), got {v!r}")
@@ -62,6 +72,12 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
                                f"(spec_ab_max_rounds), got {v!r}")
     d["sequential"] = bool(d["sequential"])
     return d
+
+
+def practical(row: Mapping[str, Any], win_margin: float) -> bool:
+    """A WIN that can be recommended or promoted: its lower bound above 1 + ``win_margin``."""
+    low = row.get("low")
+    return row.get("verdict") == _design.WIN and isinstance(low, (int, float)) and low > 1.0 + win_margin
 
 
 def request_rate(request: Mapping[str, Any], metric: str) -> float | None:
@@ -144,7 +160,38 @@ def weights_of(run_mix: Mapping[str, float] | None, shapes: Sequence[str], desig
         return {str(primary): 1.0}, f"the primary shape {primary} (spec_ab_primary_shape)"
     if run_mix:
         return dict(run_mix), "the declared traffic mix (spec_ab_mix, traffic weights)"
-    return ({s: 1.0 / len(shapes) for s in shapes} if shapes else {}), "equal weights over the measured shapes"
+    return ({s: 1.0 / len(shapes) for s in shapes} if shapes else {}), BUILT_IN
+
+
+BUILT_IN = "the built-in mix (no traffic declared): equal weights over the measured shapes"
+
+
+def sizes_of(gathered: Mapping[str, Any], baseline: str, shapes: Sequence[str]) -> dict[str, dict[str, float]]:
+    """shape -> the baseline's mean prompt and output tokens per request (what the built-in mix measured)."""
+    out: dict[str, dict[str, float]] = {}
+    for shape in shapes:
+        reqs = (gathered.get(baseline) or {}).get("shape_requests", {}).get(shape, [])
+        sizes = {}
+        for key in ("prompt_n", "predicted_n"):
+            vals = [r[key] for r in reqs if isinstance(r.get(key), int) and not isinstance(r.get(key), bool)]
+            if vals:
+                sizes[key] = sum(vals) / len(vals)
+        out[shape] = sizes
+    return out
+
+
+def headline(conf: Mapping[str, Any]) -> str:
+    """The line every verdict carries: the endpoint's metric and weights, and who decided them."""
+    weights = ", ".join(f"{s} {w:.0%}" for s, w in (conf.get("weights") or {}).items()) or "none"
+    line = f"endpoint {conf.get('endpoint')} tokens/s over {weights}"
+    if conf.get("declared") is False:
+        sizes = "; ".join(f"{s} {v.get('prompt_n', 0):.0f} prompt / {v.get('predicted_n', 0):.0f} output tokens"
+                          for s, v in (conf.get("sizes") or {}).items() if v)
+        line += (": the BUILT-IN mix decided, not your traffic (declare it with spec_ab_traffic, spec_ab_mix or "
+                 "spec_ab_primary_shape)" + (f"; its sizes: {sizes}" if sizes else ""))
+    else:
+        line += f" ({conf.get('weights_from')})"
+    return line
 
 
 def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,8 +204,13 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "endpoint": design["endpoint"], "weights": weights, "weights_from": source, "method": _design.METHOD,
         "combination": MIX_COMBINATION, "alpha": design["alpha"], "margin": design["margin"],
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
+        "win_margin": design["win_margin"],
         "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
+        "declared": source != BUILT_IN,
     }
+    if source == BUILT_IN:
+        out["sizes"] = sizes_of(gathered, baseline, list(weights))
+    out["headline"] = headline(out)
     missing = [s for s in weights if s not in judged["shapes"]]
     if missing or not weights:
         out["why"] = (f"the endpoint's shape(s) {', '.join(missing)} were not measured (measured: "
@@ -173,14 +225,59 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                                 looks=design["sequential"])
     for name, row in result["verdicts"].items():
         row["status"] = configs[name]["status"]
+        row["practical"] = practical(row, design["win_margin"])
+        if row["verdict"] == _design.WIN and not row["practical"]:
+            row["why"] = (f"a WIN below the practical margin: its lower bound {row['low']:.3f}x is not above "
+                          f"{1.0 + design['win_margin']:.3f}x (1 + spec_ab_win_margin), too small to recommend or "
+                          "promote")
         out["verdicts"][name] = row
     out.update(active=result["active"], looks=result["looks"], final=result["final"],
                rounds_measured=result["rounds_measured"])
-    eligible = [n for n, r in out["verdicts"].items() if r["verdict"] == _design.WIN and configs[n]["status"] == "OK"
+    eligible = [n for n, r in out["verdicts"].items() if r["practical"] and configs[n]["status"] == "OK"
                 and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]
     if eligible:
         out["recommendation"] = max(eligible, key=lambda n: out["verdicts"][n]["ratio"])
     out["restarts"] = restarts(judged, table, baseline, candidates, design)
+    out.update(noise_by_config(table, baseline))
+    return out
+
+
+SPREAD_WARN = 1.5  # configs whose residual spreads differ by more than this factor: unequal noise
+
+
+def _f_tail(x: float, d1: float, d2: float) -> float:
+    """P(F > x) for an F distribution with (d1, d2) degrees of freedom."""
+    return _betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
+
+
+def noise_by_config(table: Mapping[str, Mapping[int, float]], baseline: str) -> dict[str, Any]:
+    """Each config's own residual spread (as a share) and a warning when they differ by more than SPREAD_WARN:
+    the pooled noise then hides a noisier baseline or candidate, and the comparisons use the pair's own error."""
+    fit = _design.fit_blocks(table, baseline)
+    if fit is None or fit.s is None:
+        return {"spread": {}}
+    spread = {n: (math.exp(v) - 1.0 if v is not None else None) for n, v in fit.spread.items()}
+    out: dict[str, Any] = {"spread": spread}
+    # one config against the others pooled, warned about only when the difference is beyond chance (F test at
+    # 1 %): with 2-4 rounds per config single spreads differ by 1.5x between equal configs all the time
+    for name, v in fit.spread.items():
+        rest = [x for n, x in fit.spread.items() if n != name and x is not None]
+        d1 = float(fit.blocks - 1)
+        d2 = d1 * len(rest)
+        if v is None or len(rest) < 1 or d1 < 1:
+            continue
+        other = math.sqrt(sum(x * x for x in rest) / len(rest))
+        if other <= 0 or v <= 0 or (v <= SPREAD_WARN * other and other <= SPREAD_WARN * v):
+            continue
+        ratio = (v / other) ** 2
+        tail = _f_tail(ratio, d1, d2) if ratio >= 1 else _f_tail(1.0 / ratio, d2, d1)
+        if tail < 0.01:
+            word = "noisier" if v > other else "steadier"
+            out["spread_warning"] = (f"unequal noise: {name}'s spread between starts ({spread[name]:.1%}) is "
+                                     f"{max(v, other) / max(min(v, other), 1e-12):.1f}x {word} than the other configs' "
+                                     f"({math.exp(other) - 1.0:.1%}); the pooled noise hides it, so each comparison "
+                                     "uses the larger of the pooled error and its pair's own")
+            break
     return out
 
 
@@ -246,9 +343,13 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
         row = conf["verdicts"][pick]
         out.update(config=pick, speedup=row["ratio"], ci_low=row["low"], ci_high=row["high"],
                    reason=(f"{pick} is {row['ratio']:.2f}x the baseline on the confirmatory endpoint "
-                           f"({conf['endpoint']} over {conf['weights_from']}) [{row['low']:.2f}, {row['high']:.2f}], "
-                           f"a WIN with the family-wise error held at {conf['alpha']:g}"))
+                           f"({conf.get('headline') or conf['endpoint'] + ' over ' + conf['weights_from']}) "
+                           f"[{row['low']:.2f}, {row['high']:.2f}], "
+                           f"a WIN with the family-wise error held at {conf['alpha']:g}, its lower bound above "
+                           f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"))
     else:
         out.update(config=baseline, keep_baseline=True,
-                   reason="no eligible config has a WIN on the confirmatory endpoint: keep the baseline")
+                   reason="no eligible config has a WIN above the practical margin (lower bound above 1 + "
+                          f"{conf.get('win_margin', WIN_MARGIN):g}, spec_ab_win_margin) on the confirmatory "
+                          "endpoint: keep the baseline")
     return out

@@ -44,6 +44,7 @@ POWER = 0.8
 # The share of power the futility stops may cost at most (spent across looks like alpha).
 BETA = 0.2
 _TIE = 1e-9  # rounding, not a speedup: a run without any noise gives a point interval
+_ZERO_NOISE = 1e-6  # a pooled SD (log scale) at or below this is rounding, not noise: no measured start is this steady
 FIRST_LOOK = 2  # no look before two rounds: one round gives no variance between starts
 MAX_ROUNDS = 5
 
@@ -185,7 +186,13 @@ def dunnett_c(m: int, df: int | None, alpha: float = ALPHA, rho: float = 0.5, tw
 class Fit(NamedTuple):
     """The least-squares fit of one endpoint: per candidate the log ratio to the baseline and its standard
     error, the pooled residual SD ``s`` of one config's round value and its ``df``, the correlation between
-    the comparisons (``corr[a][b]``), and how many rounds each config has in the fit."""
+    the comparisons (``corr[a][b]``), and how many rounds each config has in the fit.
+
+    ``spread`` is each config's own residual SD (log scale). ``se`` is the larger of the pooled standard error
+    (``pooled_se``) and the one from the baseline's and the candidate's own spreads; when the latter is larger
+    (a baseline noisier than its candidates, or one noisy candidate) ``df_of`` holds its degrees of freedom (the
+    smaller of the two configs' shares of the residual df, at most Welch-Satterthwaite's), and the comparison's
+    critical value is taken at them."""
 
     estimate: dict[str, float]
     se: dict[str, float]
@@ -194,6 +201,9 @@ class Fit(NamedTuple):
     df: int
     rounds: dict[str, int]
     blocks: int
+    spread: dict[str, float | None]
+    pooled_se: dict[str, float]
+    df_of: dict[str, float]
 
 
 def _solve_inverse(matrix: list[list[float]]) -> list[list[float]] | None:
@@ -267,8 +277,42 @@ def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit |
             if a != b:
                 cov = inv[col[a]][col[b]] - inv[col[a]][b0] - inv[b0][col[b]] + inv[b0][b0]
                 corr[a][b] = cov / math.sqrt(var[a] * var[b])
-    se = {n: (s * math.sqrt(v) if s is not None else math.nan) for n, v in var.items()}
-    return Fit(estimate, se, corr, s, df, rounds, len(blocks))
+    pooled = {n: (s * math.sqrt(v) if s is not None else math.nan) for n, v in var.items()}
+    spread, share = _spread(cells, names, base, beta, col, bcol, df, count)
+    se, df_of = dict(pooled), {n: float(df) for n in pooled}
+    for n in pooled:
+        a, b = spread[baseline], spread[n]
+        if s is None or a is None or b is None:
+            continue
+        het = math.sqrt(var[n] / 2.0 * (a * a + b * b))
+        if het > pooled[n]:  # unequal noise: the pair's own variances, with Welch-Satterthwaite's df
+            se[n] = het
+            df_of[n] = min(float(df), share[baseline], share[n])
+    return Fit(estimate, se, corr, s, df, rounds, len(blocks), spread, pooled, df_of)
+
+
+def _spread(cells: Mapping[str, Mapping[Any, float]], names: Sequence[str], base: Mapping[Any, float],
+            beta: Sequence[float], col: Mapping[str, int], bcol: Mapping[Any, int], df: int, count: int
+            ) -> tuple[dict[str, float | None], dict[str, float]]:
+    """Each config's residual SD (log scale): its squared residuals over its share of the residual df; and
+    that share."""
+    out: dict[str, float | None] = {}
+    shares: dict[str, float] = {}
+    for n in names:
+        res = [y - beta[col[n]] - (beta[bcol[r]] if r in bcol else 0.0) for r, y in cells[n].items() if r in base]
+        shares[n] = df * len(res) / count if count else 0.0
+        out[n] = math.sqrt(sum(e * e for e in res) / shares[n]) if shares[n] > 0 else None
+    k, blocks = len(names), len(base)
+    if k >= 3 and blocks >= 2 and df > 0:  # Shukla's unbiased per-config variance in a two-way layout
+        mean_sq = {n: sum((y - beta[col[n]] - (beta[bcol[r]] if r in bcol else 0.0)) ** 2
+                          for r, y in cells[n].items() if r in base) / max(1, sum(r in base for r in cells[n]))
+                   for n in names}
+        total = sum(mean_sq.values())
+        for n in names:
+            v = (k * (k - 1) * mean_sq[n] - total) * blocks / ((blocks - 1) * (k - 1) * (k - 2))
+            out[n] = math.sqrt(max(v, 0.0))
+            shares[n] = float(blocks - 1)
+    return out, shares
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,9 +349,20 @@ def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN
         row["why"] = "no residual degrees of freedom: too few rounds to call"
         return row
     se = fit.se[name]
+    df_eff = max(1.0, fit.df_of.get(name, float(fit.df)))
+    power_t = _power_t(fit.df)
+    if df_eff < fit.df:  # unequal noise: the same one-sided level at the pair's own degrees of freedom
+        c = t_quantile(t_cdf(c, fit.df), df_eff)
+        power_t = t_quantile(POWER, df_eff)
+        row.update(c=c, df_welch=df_eff)
     row.update(low=math.exp(d - c * se), high=math.exp(d + c * se), se=se,
-               mde=math.exp((c + _power_t(fit.df)) * se))
+               mde=math.exp((c + power_t) * se))
     row["verdict"] = verdict(row["low"], row["high"], margin)
+    if fit.s <= _ZERO_NOISE:  # a point interval proves nothing about a sliver: within the margin it is a tie
+        row["why"] = ("zero residual: every round agrees exactly (copied or synthetic data?); the interval is a "
+                      "point, so a ratio within the equivalence margin is EQUIVALENT, never a WIN or a LOSS")
+        if 1.0 / (1.0 + margin) <= row["ratio"] <= 1.0 + margin:
+            row["verdict"] = EQUIVALENT
     return row
 
 

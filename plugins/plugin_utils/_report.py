@@ -94,17 +94,18 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
     candidate's verdict with its interval, noise and smallest findable effect, and the recommendation."""
     conf = judged.get("confirmatory") or {}
     keys = ("verdict", "ratio", "low", "high", "mde", "noise")
-    extra = ("rounds", "look", "stopped", "why", "df", "status")
+    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical")
     return {
         "endpoint": conf.get("endpoint"), "weights": conf.get("weights") or {}, "method": conf.get("method"),
         "alpha": conf.get("alpha"),
         "verdicts": {n: {**{k: v.get(k) for k in keys}, **{k: v[k] for k in extra if k in v}}
                      for n, v in (conf.get("verdicts") or {}).items()},
         "recommendation": conf.get("recommendation"),
-        "weights_from": conf.get("weights_from"), "margin": conf.get("margin"),
+        "weights_from": conf.get("weights_from"), "margin": conf.get("margin"), "win_margin": conf.get("win_margin"),
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
-        "why": conf.get("why"),
+        "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
+        "declared": conf.get("declared"), "sizes": conf.get("sizes"), "headline": conf.get("headline"),
     }
 
 
@@ -299,7 +300,12 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
            f"{j['baseline']}. Family-wise false-WIN rate at most {conf['alpha']:g} across the run's candidates"
            + (f" and its looks (a look after every round from 2 to {conf['max_rounds']})" if conf["sequential"]
               else f" (one look after {conf.get('rounds_measured', '?')} rounds)")
-           + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}."]
+           + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}"
+           + (f"; a WIN is recommended only with its lower bound above 1 + {conf['win_margin']:g} (spec_ab_win_margin)"
+              if conf.get("win_margin") is not None else "") + "."]
+    if conf.get("declared") is False:
+        out += ["", f"**Not your traffic**: {conf['headline']}. promote.yml refuses a winner of this run unless "
+                    "specdec_promote_force=true (recorded)."]
     if conf.get("why"):
         return [*out, "", f"**No confirmatory verdict**: {conf['why']}."]
     rows = []
@@ -319,9 +325,15 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
                     f"planned {planned:g}x. That figure is an estimate from this run's own noise, which reads low "
                     f"after a miss: it does not show that a {planned:g}x would have been found, nor that there is "
                     "none."]
+    if conf.get("spread"):
+        out += ["", "Each config's own spread between starts: "
+                + ", ".join(f"{n} {_pct(v)}" for n, v in conf["spread"].items()) + "."]
+    if conf.get("spread_warning"):
+        out += ["", f"**Warning**: {conf['spread_warning']}."]
     pick = conf.get("recommendation")
     out += ["", f"**Recommendation: {pick}**" if pick else
-            "**Recommendation: keep the baseline** (no eligible config has a WIN on this endpoint)."]
+            "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
+            "endpoint)."]
     r = conf.get("restarts") or {}
     if r.get("fixed_design") is not None:
         out += ["", f"Server starts: {r['used']} used; a fixed design with this design's own power at "
@@ -624,13 +636,19 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
     conf = j.get("confirmatory") or {}
     lines = []
     if conf:
-        lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}) | config | verdict | speedup "
-                     f"[simultaneous interval] | noise | smallest findable")
+        weights = ", ".join(f"{s} {w:.0%}" for s, w in (conf.get("weights") or {}).items()) or "none"
+        lines.append(f"confirmatory ({conf['endpoint']}, {conf['weights_from']}: {weights}) "
+                     "| config | verdict | speedup [simultaneous interval] | noise | smallest findable")
+        if conf.get("declared") is False:
+            lines.append(f"confirmatory | warning | {conf['headline']}")
         for name, v in conf["verdicts"].items():
             stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
-            lines.append(" | ".join(["confirmatory", name, v["verdict"] + stopped,
+            below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""
+            lines.append(" | ".join(["confirmatory", name, v["verdict"] + below + stopped,
                                      _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
                                      _num(v["mde"], "{:.2f}x")]))
+        if conf.get("spread_warning"):
+            lines.append(f"confirmatory | warning | {conf['spread_warning']}")
     lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")
     for shape in j["shapes"]:
         for name in j["order"]:

@@ -8,6 +8,7 @@ What it does not hold: judging (``_judge``), statistics (``module_utils/_stats``
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BENCH_SCHEMA  # the bench writes it
@@ -30,9 +31,11 @@ def _check_request(req: Any, where: str) -> dict[str, Any]:
         _need(isinstance(v, int) and not isinstance(v, bool), f"{where}.{key}", f"expected a whole number, got {v!r}")
     text = req.get("text")
     _need(text is None or isinstance(text, str), f"{where}.text", f"expected a string, got {type(text).__name__}")
-    rate = req.get("predicted_per_second")
-    _need(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool)),
-          f"{where}.predicted_per_second", f"expected a number or null, got {rate!r}")
+    for key in ("predicted_per_second", "wall_s", "ttft_s"):
+        v = req.get(key)
+        _need(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0),
+              f"{where}.{key}", f"expected a finite number >= 0 or null (re-run the bench or drop the request), "
+              f"got {v!r}")
     for key in ("draft_n", "draft_n_accepted", "predicted_n"):
         v = req.get(key) or 0
         _need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{where}.{key}",

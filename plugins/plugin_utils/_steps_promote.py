@@ -27,6 +27,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _quality
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm
 
 SCHEMA = "llmfleet.specdec/promotion/1"
 BEGIN = "# >>> llmfleet.specdec promotion (managed by playbooks/promote.yml; re-run it to change)"
@@ -61,7 +62,8 @@ def promotion_table(report: dict[str, Any], winner: str) -> list[str]:
 
 def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     """The config's verdict on the run's confirmatory endpoint (report.json's ``confirmatory``, contract C3):
-    ``win`` is true only for WIN. A report without that section (written before it existed) has no WIN."""
+    ``win`` is true only for a WIN whose lower bound is above 1 + the run's ``win_margin`` (the default margin for
+    a report written before it). A report without that section (written before it existed) has no WIN."""
     conf = report.get("confirmatory")
     out: dict[str, Any] = {"win": False, "verdict": None, "endpoint": None, "ratio": None, "low": None,
                            "high": None}
@@ -73,10 +75,19 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     if not isinstance(row, dict):
         out["why"] = f"{config!r} is not among its candidates (the baseline, or a drafter probe)"
         return out
+    declared = conf.get("declared")
+    if not isinstance(declared, bool):  # a report written before the flag: the built-in mix said so in words
+        declared = not str(conf.get("weights_from") or "").startswith(("equal weights", "the built-in mix"))
+    out.update(declared=declared, weights=conf.get("weights") or {}, weights_from=conf.get("weights_from"))
+    margin = conf.get("win_margin")
+    margin = margin if isinstance(margin, (int, float)) and not isinstance(margin, bool) else _confirm.WIN_MARGIN
     out.update(verdict=row.get("verdict"), ratio=row.get("ratio"), low=row.get("low"), high=row.get("high"),
-               win=row.get("verdict") == "WIN")
+               win=_confirm.practical(row, margin), win_margin=margin)
     out["why"] = f"its verdict is {row.get('verdict')}" + (
         f", {row['ratio']:.2f}x [{row['low']:.2f}, {row['high']:.2f}]" if row.get("low") is not None else "")
+    if row.get("verdict") == "WIN" and not out["win"]:
+        out["why"] += (f", a WIN below the practical margin (its lower bound is not above {1.0 + margin:.3f}x, "
+                       "1 + spec_ab_win_margin)")
     return out
 
 
@@ -113,6 +124,12 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
     except _quality.QualityError as exc:
         raise AnsibleFilterError(str(exc)) from None
     gate = confirmatory_gate(report, winner)
+    if gate["win"] and not gate.get("declared", True) and not force:
+        weights = ", ".join(f"{s} {w:.0%}" for s, w in gate["weights"].items())
+        raise AnsibleFilterError(f"specdec_promote_config: run {report.get('run_id')} was judged on the built-in mix "
+                                 f"({weights}), not on declared traffic: its WIN says nothing about your requests. "
+                                 "Declare your traffic (specdec_ab_traffic, specdec_ab_mix or spec_ab_primary_shape) "
+                                 "and measure again, or set specdec_promote_force=true (the record will say forced)")
     if not gate["win"] and not force:
         raise AnsibleFilterError(f"specdec_promote_config: {winner!r} has no WIN on run {report.get('run_id')}'s "
                                  f"confirmatory endpoint ({gate['why']}); only a WIN is promoted. Measure again with "
@@ -135,10 +152,13 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
         table.append(_comment(f"{winner}: lossy by design, {judging['summary']}; accepted with {judging['accepted']}"))
     table.insert(1, _comment(f"confirmatory: {gate['verdict']} on {gate['endpoint']}"
                              + (f", {gate['ratio']:.2f}x [{gate['low']:.2f}, {gate['high']:.2f}]" if gate["low"] else "")
-                             + ("; FORCED (specdec_promote_force=true)" if not gate["win"] else "")))
+                             + ("; FORCED (specdec_promote_force=true)" if not gate["win"] else "")
+                             + ("; judged on the BUILT-IN mix, not declared traffic (FORCED)"
+                                if gate["win"] and not gate.get("declared", True) else "")))
     record = {"schema": SCHEMA, "config": winner, "run_id": report.get("run_id"), "host": report.get("host"),
               "promoted_at": promoted_at, "set": dict(sorted(values.items())), "unset": sorted(unset), "table": table,
-              "forced": not gate["win"], "verdict": gate["verdict"],
+              "forced": not gate["win"] or not gate.get("declared", True), "verdict": gate["verdict"],
+              "traffic": "declared" if gate.get("declared", True) else "built-in",
               "confirmatory": {k: gate[k] for k in ("endpoint", "verdict", "ratio", "low", "high")}}
     if judging:
         record["judging"] = judging

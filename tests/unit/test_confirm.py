@@ -1,6 +1,8 @@
 """The confirmatory endpoint of a run: end-to-end against decode, its weights, the design's inputs, report.json's C3."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from ab_runs import make_run
 
@@ -105,3 +107,100 @@ def test_the_prediction_uses_the_verification_and_prefill_timed_within_the_start
         e["bench"].pop("verify", None)
     p = next(x for x in jd.judge(run, n_boot=100)["prediction"] if x["config"] == "d" and x["shape"] == "prose")
     assert p["verify_ms"] == pytest.approx(1.1 * p["t_s_ms"]) and p["verify_source"].startswith("assumed")
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("wall_s", float("inf")), ("wall_s", float("nan")), ("wall_s", "0.4"), ("wall_s", -1.0), ("wall_s", True),
+    ("predicted_per_second", float("inf")), ("predicted_per_second", float("nan")), ("predicted_per_second", "fast"),
+    ("ttft_s", float("inf")), ("ttft_s", float("-inf")), ("ttft_s", "0.1"), ("ttft_s", -0.5)])
+def test_a_non_finite_or_mistyped_request_value_is_a_named_input_error(key, value):
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=2)
+    run["entries"][1]["bench"]["requests"][3][key] = value
+    where = f"run.entries[1].bench.requests[3].{key}"
+    with pytest.raises(st.ReportInputError, match="^" + re.escape(where) + ": expected a finite number >= 0"):
+        jd.check_run(run)
+    # the judge and the look after a round go through the same check: never a math error deep in _confirm
+    with pytest.raises(st.ReportInputError, match=key):
+        jd.judge(run, n_boot=100)
+
+
+def test_finite_request_values_and_nulls_pass_the_check():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=2)
+    req = run["entries"][1]["bench"]["requests"][3]
+    req.update(ttft_s=None, predicted_per_second=None, wall_s=0)
+    checked = jd.check_run(run)["entries"][1]["bench"]["requests"][3]
+    assert checked["wall_s"] == 0 and checked["ttft_s"] is None
+
+
+def test_a_win_needs_its_lower_bound_above_the_practical_margin_to_be_recommended():
+    run = make_run({"baseline": {"noise": 0.01}, "d": dict(DRAFTER, speedup=1.1, noise=0.01, start=START)}, rounds=4)
+    run["design"] = {"sequential": False}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert judged["confirmatory"]["win_margin"] == _confirm.WIN_MARGIN == 0.02
+    assert row["verdict"] == "WIN" and row["low"] > 1.02 and row["practical"] is True
+    assert judged["recommendation"]["config"] == "d"
+    # the operator asks for more than this run proves (spec_ab_win_margin 0.2): still a WIN, never recommended
+    run["design"] = {"sequential": False, "win_margin": 0.2}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert row["verdict"] == "WIN" and row["practical"] is False and "below the practical margin" in row["why"]
+    assert judged["recommendation"]["keep_baseline"] is True and "1 + 0.2" in judged["recommendation"]["reason"]
+    document = rp.build_document(run, judged)
+    section = rp.confirmatory_section(judged)
+    assert section["win_margin"] == 0.2 and section["verdicts"]["d"]["practical"] is False
+    assert any("d | WIN (below the practical margin)" in line for line in rp.summary_lines(document))
+    assert "lower bound above 1 + 0.2 (spec_ab_win_margin)" in rp.markdown(document)
+    run["design"] = {"win_margin": -0.1}
+    with pytest.raises(st.ReportInputError, match="win_margin"):
+        jd.judge(run, n_boot=100)
+
+
+@pytest.mark.parametrize("speedup", [1.0, 1.004, 0.99])
+def test_zero_residual_data_is_no_win_and_no_recommendation(speedup):
+    # every round agrees exactly: a point interval, which must not read "1.00x [1.00, 1.00] WIN"
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=speedup)}, rounds=3)
+    run["design"] = {"sequential": False, "win_margin": 0.0}
+    judged = jd.judge(run, n_boot=100)
+    row = judged["confirmatory"]["verdicts"]["d"]
+    assert row["low"] == pytest.approx(row["high"])
+    assert row["verdict"] == "EQUIVALENT" and "zero residual" in row["why"]
+    assert judged["recommendation"]["keep_baseline"] is True
+
+
+def test_each_configs_spread_is_reported_and_unequal_noise_is_warned_about():
+    run = make_run({"baseline": {"noise": 0.3}, "d": dict(DRAFTER, speedup=1.3, noise=0.02),
+                    "e": dict(DRAFTER, speedup=1.0, noise=0.02)}, rounds=4)
+    run["design"] = {"sequential": False}
+    judged = jd.judge(run, n_boot=100)
+    conf = judged["confirmatory"]
+    assert set(conf["spread"]) == {"baseline", "d", "e"}
+    assert conf["spread"]["baseline"] > 1.5 * max(conf["spread"]["d"], conf["spread"]["e"])
+    assert conf["spread_warning"].startswith("unequal noise: baseline's spread")
+    document = rp.build_document(run, judged)
+    assert "**Warning**: unequal noise" in rp.markdown(document)
+    assert any(line.startswith("confirmatory | warning | unequal noise") for line in rp.summary_lines(document))
+    assert rp.confirmatory_section(judged)["spread"] == conf["spread"]
+    # equal noise: the spreads are there, no warning
+    run = make_run({"baseline": {"noise": 0.05}, "d": dict(DRAFTER, speedup=1.3, noise=0.05)}, rounds=4)
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert set(conf["spread"]) == {"baseline", "d"} and "spread_warning" not in conf
+
+
+def test_the_headline_names_the_endpoint_and_its_weights_and_says_when_the_built_in_mix_decided():
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=3)
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert conf["declared"] is False and conf["weights_from"] == _confirm.BUILT_IN
+    assert conf["sizes"]["prose"] == {"prompt_n": 100, "predicted_n": 64}
+    assert conf["headline"].startswith("endpoint e2e tokens/s over prose 25%, echo 25%, structured 25%, identity 25%: "
+                                       "the BUILT-IN mix decided")
+    assert "prose 100 prompt / 64 output tokens" in conf["headline"]
+    judged = jd.judge(run, n_boot=100)
+    assert conf["headline"] in judged["recommendation"]["reason"]
+    # declared traffic: the headline names the weights and where they came from, no warning
+    run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.5, start=START)}, rounds=3,
+                   mix={"prose": 0.8, "identity": 0.2})
+    conf = jd.judge(run, n_boot=100)["confirmatory"]
+    assert conf["declared"] is True and "sizes" not in conf
+    assert conf["headline"] == ("endpoint e2e tokens/s over prose 80%, identity 20% (the declared traffic mix "
+                                "(spec_ab_mix, traffic weights))")

@@ -90,8 +90,29 @@ def test_a_complete_block_design_is_the_paired_means_with_the_pooled_residual():
     col = {r: sum(y[c][r] for c in y) / 3 for r in range(3)}
     sse = sum((y[c][r] - row[c] - col[r] + grand) ** 2 for c in y for r in range(3))
     assert fit.df == 4 and fit.s == pytest.approx(math.sqrt(sse / 4))
-    assert fit.se["a"] == pytest.approx(fit.s * math.sqrt(2 / 3))
+    assert fit.pooled_se["a"] == pytest.approx(fit.s * math.sqrt(2 / 3))
+    assert fit.se["a"] >= fit.pooled_se["a"]  # the larger of the pooled and the pair's own (unequal noise)
     assert fit.corr["a"]["b"] == pytest.approx(0.5)
+
+
+def test_unequal_noise_widens_the_comparison_to_what_the_pair_shows():
+    # a baseline 3x noisier than its 8 steady candidates: the pooled SD is mostly the candidates' and too small
+    # for a comparison that carries the baseline's noise; the pair's own spreads give the wider, honest error
+    rng = random.Random(7)
+    y = {n: {r: rng.gauss(0, 0.15 if n == "baseline" else 0.05) + 0.1 * r for r in range(5)}
+         for n in ["baseline", *(f"c{i}" for i in range(8))]}
+    fit = ds.fit_blocks(y, "baseline")
+    others = [fit.spread[f"c{i}"] for i in range(8)]
+    assert fit.spread["baseline"] > 1.5 * max(others)
+    for i in range(8):
+        name = f"c{i}"
+        assert fit.se[name] > fit.pooled_se[name] and fit.df_of[name] == 4.0
+        row = ds.comparison(fit, name, 2.5)
+        assert row["df_welch"] == 4.0 and row["c"] > 2.5  # the critical value at the pair's own df
+    # equal noise: the pooled error stands, at the pooled df
+    y = {n: {r: rng.gauss(0, 0.05) + 0.1 * r for r in range(5)} for n in ["baseline", "a", "b"]}
+    fit = ds.fit_blocks(y, "baseline")
+    assert all(fit.df_of[n] == fit.df or fit.se[n] > fit.pooled_se[n] for n in ("a", "b"))
 
 
 def test_a_config_dropped_early_still_gives_its_rounds_to_the_residual():
@@ -249,3 +270,18 @@ def test_futility_keeps_a_candidate_just_under_the_planned_speedup():
     assert ds.futility_goal(1.2) == pytest.approx(1.0954, abs=1e-4)
     assert futile_share(1.15) <= 0.1
     assert futile_share(1.0) >= 0.5
+
+
+@pytest.mark.parametrize("candidates", [4])
+def test_a_baseline_three_times_noisier_keeps_the_family_wise_false_win_near_alpha(candidates):
+    # null candidates, a baseline 3x noisier than them, the sequential design at its defaults; seeded. The pooled
+    # error alone gave 8.4 % false WINs with 4 candidates; the pair's own error holds it near 5 %. (8 candidates
+    # measure 5.5-8 %, not yet under 5 %: docs/statistics.md.)
+    rng = random.Random(35)
+    runs, false_wins = 150, 0
+    for _run in range(runs):
+        names = ["baseline", *(f"c{i}" for i in range(candidates))]
+        cells = {n: {r: rng.gauss(0, 0.15 if n == "baseline" else 0.05) + 0.1 * r for r in range(5)} for n in names}
+        result = ds.sequential(cells, "baseline", names[1:], max_rounds=5)
+        false_wins += any(v["verdict"] == ds.WIN for v in result["verdicts"].values())
+    assert false_wins / runs <= 0.075

@@ -41,6 +41,7 @@ REPORT = {
                                   "broken": {"verdict": "WIN", "ratio": 2.0, "low": 1.9, "high": 2.1,
                                              "mde": 1.1, "noise": 0.03}}},
 }
+WIN_ROW = {"verdict": "WIN", "ratio": 1.4, "low": 1.3, "high": 1.5}
 CURRENT = "# production\nLLAMA_ARG_PORT=8080\nLLAMA_ARG_SPEC_DRAFT_N_MAX=3\nLLAMA_ARG_CTX_SIZE=4096\n"
 
 
@@ -74,7 +75,7 @@ def test_invalid_or_unknown_configs_are_refused() -> None:
 def test_a_value_cannot_inject_a_variable_and_reaches_the_process_unchanged() -> None:
     report = dict(REPORT, configs=[{"name": "x", "server_config": {"LLAMA_ARG_ALIAS": "a\nLLAMA_ARG_PORT=1",
                                                                    "LLAMA_ARG_GRAMMAR": 'root ::= "\\\\" [a-z]'}}],
-                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x": {"verdict": "WIN"}}})
+                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x": WIN_ROW}})
     values = read_env_values(promote_env(CURRENT, report, "x"))
     assert values["LLAMA_ARG_PORT"] == "8080"
     assert values["LLAMA_ARG_ALIAS"] == "a\nLLAMA_ARG_PORT=1"
@@ -144,9 +145,22 @@ def test_only_a_win_on_the_confirmatory_endpoint_is_promoted_unless_forced() -> 
         promotion_record(REPORT, "baseline")
 
 
+def test_a_win_below_the_practical_margin_is_not_promoted_unless_forced() -> None:
+    row = dict(REPORT["confirmatory"]["verdicts"]["ngram-mod"], ratio=1.02, low=1.01, high=1.03)
+    sliver = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], verdicts={"ngram-mod": row}))
+    # the run's own margin (spec_ab_win_margin), else the default 0.02: 1.01 is not above 1.02
+    with pytest.raises(AnsibleFilterError, match=r"a WIN below the practical margin .*1\.020x"):
+        promotion_record(sliver, "ngram-mod")
+    forced = promotion_record(sliver, "ngram-mod", force=True)
+    assert forced["forced"] is True and forced["verdict"] == "WIN"
+    # a run that set the margin to 0 promotes it
+    zero = dict(sliver, confirmatory=dict(sliver["confirmatory"], win_margin=0.0))
+    assert promotion_record(zero, "ngram-mod")["forced"] is False
+
+
 def test_a_config_name_cannot_hide_the_assignment_below_its_comment() -> None:
     report = dict(REPORT, configs=[{"name": "x\\", "server_config": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}],
-                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x\\": {"verdict": "WIN"}}})
+                  verdicts=[], confirmatory={"endpoint": "e2e", "verdicts": {"x\\": WIN_ROW}})
     text = promote_env(CURRENT, report, "x\\")
     assert read_env_values(text)["LLAMA_ARG_SPEC_TYPE"] == "ngram-mod"
     assert not any(line.startswith("#") and line.endswith("\\") for line in text.splitlines())
@@ -182,3 +196,20 @@ def test_the_newest_run_is_the_newest_of_this_unit() -> None:
     assert ab_history_last(history, "h") == "20261103T000000Z-cccccc"
     with pytest.raises(AnsibleFilterError, match="ab_history_last: unit"):
         ab_history_last(history, "h", "bad unit/../")
+
+
+def test_a_win_on_the_built_in_mix_is_not_promoted_without_declared_traffic_unless_forced() -> None:
+    built_in = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], declared=False, weights_from="the built-in mix",
+                                              weights={"prose": 0.5, "echo": 0.5}))
+    with pytest.raises(AnsibleFilterError, match=r"judged on the built-in mix \(prose 50%, echo 50%\).*"
+                                                 r"specdec_ab_traffic.*specdec_promote_force=true"):
+        promotion_record(built_in, "ngram-mod")
+    forced = promotion_record(built_in, "ngram-mod", force=True)
+    assert forced["forced"] is True and forced["traffic"] == "built-in" and forced["verdict"] == "WIN"
+    assert "BUILT-IN mix" in forced["table"][1]
+    # a report written before the flag said so in words: the same refusal
+    old = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], weights_from="equal weights over the measured shapes"))
+    with pytest.raises(AnsibleFilterError, match="built-in mix"):
+        promotion_record(old, "ngram-mod")
+    # declared traffic: promoted, not forced
+    assert promotion_record(REPORT, "ngram-mod")["traffic"] == "declared"

@@ -183,7 +183,9 @@ def test_promoting_a_lossy_winner_needs_the_acknowledgement_and_records_the_qual
 
 
 def test_promoting_a_lossless_winner_is_unchanged():
-    run = make_run({"baseline": {}, "draft": {**SPEC, "server_config": DRAFT, "speedup": 1.4}})
+    # judged on declared traffic: a winner of the built-in mix needs specdec_promote_force (test_promote)
+    run = make_run({"baseline": {}, "draft": {**SPEC, "server_config": DRAFT, "speedup": 1.4}},
+                   mix={"prose": 0.8, "identity": 0.2})
     doc = rp.build_document(run, jd.judge(run))
     record = promotion_record(doc, "draft")
     assert "judging" not in record

@@ -140,7 +140,10 @@ def test_markdown_without_a_mix_says_how_to_get_a_recommendation():
     run = full_run()
     md = rp.markdown(rp.build_document(run, jd.judge(run, n_boot=200)))
     # no mix declared: the confirmatory endpoint weighs the measured shapes equally, and still recommends
-    assert "over equal weights over the measured shapes (prose 25%, echo 25%, structured 25%, identity 25%)" in md
+    assert ("over the built-in mix (no traffic declared): equal weights over the measured shapes (prose 25%, "
+            "echo 25%, structured 25%, identity 25%)") in md
+    assert "**Not your traffic**: endpoint e2e tokens/s over prose 25%, echo 25%, structured 25%, identity 25%: the " \
+           "BUILT-IN mix decided" in md
     assert "**Recommended: draft-n3**" in md
 
 
