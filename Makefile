@@ -20,13 +20,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 all: test
 
-$(VENV)/.installed: requirements.txt requirements-test.txt
+$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt
 	@command -v cmake >/dev/null && command -v g++ >/dev/null && command -v ccache >/dev/null || { \
 	  echo "installing build tools (cmake, g++, ccache) with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make ccache >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q -r requirements-test.txt -c constraints.txt
 	touch $@
 
 venv: $(VENV)/.installed

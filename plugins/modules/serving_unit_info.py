@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 module: serving_unit_info
 short_description: Read a llama-server or vLLM systemd unit as systemd will run it, and the form candidates take
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Reads the unit's fragment and its drop-ins in the order systemd applies them (C(systemctl show)'s
     C(FragmentPath) and C(DropInPaths)) with systemd's own syntax - comments, line continuations, an empty

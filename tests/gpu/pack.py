@@ -145,16 +145,16 @@ def trim(sdist: Path, dest: Path) -> dict:
 
 
 def pinned_versions() -> dict[str, str]:
-    """gguf and ansible-core as requirements-test.txt / requirements.txt pin them."""
+    """gguf and ansible-core as requirements-test.txt / constraints.txt pin them."""
     found: dict[str, str] = {}
-    for req in ("requirements.txt", "requirements-test.txt"):
+    for req in ("constraints.txt", "requirements-test.txt"):
         for line in (ROOT / req).read_text().splitlines():
             m = re.match(r"^(gguf|ansible-core)==([\w.]+)\s*$", line.strip())
             if m:
                 found[m.group(1)] = m.group(2)
     missing = {"gguf", "ansible-core"} - set(found)
     if missing:
-        raise SystemExit(f"no pin for {', '.join(sorted(missing))} in requirements.txt / requirements-test.txt")
+        raise SystemExit(f"no pin for {', '.join(sorted(missing))} in constraints.txt / requirements-test.txt")
     return found
 
 

@@ -105,6 +105,9 @@ def test_a_preflight_with_no_device_and_no_env_fails_naming_both(tmp_path: Path)
     # (this machine has no GPU: gpu_info finds none)
     assert "no device to size against: no GPU was found" in text and "specdec_cpu_only: true" in text
     assert f"no production env: no env file at {tmp_path}/none.env" in text
+    # the table names no source for a base env that is not there
+    assert "production: inventory (spec_preflight_base_env)" not in text
+    assert f"production: none - no live unit read, no env file at {tmp_path}/none.env" in text
 
 
 def test_host_vars_decide_the_a_b_timers(tmp_path: Path) -> None:
@@ -127,4 +130,8 @@ def test_host_vars_decide_the_a_b_timers(tmp_path: Path) -> None:
     assert "decode 50.0 tok/s from spec_ab_decode_rate (inventory)" in text
     assert "load: 3 s from spec_ab_load_seconds (inventory)" in text
     assert proc.returncode != 0 and "over spec_ab_budget_minutes (1 min)" in text and "Nothing was changed" in text
+    # the last task's name is true in check mode: nothing ran, no partial report was kept
+    assert "TASK [This host's dry run failed (check mode - nothing was started, changed or kept)]" in text
+    last = proc.stdout.split("TASK [This host's dry run failed")[-1].split("PLAY RECAP")[0]
+    assert "fatal: [specdec-demo]" in last and "over spec_ab_budget_minutes" in last, last
     assert not (tmp_path / "state").exists() and not (tmp_path / "results").exists()

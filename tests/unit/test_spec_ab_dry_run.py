@@ -8,6 +8,7 @@ host's state directory in tmp_path, nothing started).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,4 +32,6 @@ def test_check_mode_plans_sizes_the_lock_and_writes_nothing(tmp_path: Path) -> N
     assert "DRY RUN (check mode)" in proc.stdout
     assert "measurements planned" in proc.stdout
     assert f"lock {state}/locks/llama-server.json: free" in proc.stdout
+    # nothing in --check reports changed
+    assert re.search(r"specdec-demo\s+: ok=\d+\s+changed=0\s", proc.stdout), proc.stdout[-600:]
     assert not state.exists() and not results.exists()
