@@ -9,7 +9,9 @@
   ``vllm_serve``): form ``env``, the candidate is env layered over production's env file, as before;
 - llama-server run directly (``/opt/llama/bin/llama-server -m ... --port ...``): form ``exec``;
 - ``vllm serve MODEL ...`` and ``python -m vllm.entrypoints.openai.api_server ...``: form ``exec``;
-- any of those wrapped in ``podman run`` / ``docker run``: the runtime's own options before the image are
+- any of those wrapped in ``podman run`` (``docker run``, docker compose and llama-swap are refused: the
+  container or the server it starts runs outside the unit's cgroup, so the health gate cannot find it):
+  the runtime's own options before the image are
   parsed well enough to find the image, ``-e``/``--env``, ``--env-file``, ``-p``/``--publish`` and the
   network; the server's arguments come after the image (the image's entrypoint being the server, or the
   server's program named after the image): form ``exec``.
@@ -38,7 +40,17 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags as 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 
 LAUNCHERS = {"llamacpp-serve-exec": "llamacpp", "vllm-serve-exec": "vllm"}
-RUNTIMES = ("podman", "docker")
+RUNTIMES = ("podman",)
+# Refused runtimes and compose-style launchers, with what to do instead.
+_REFUSED_RUNTIMES = {
+    "docker": "a `docker run` container runs under dockerd, outside the unit's cgroup, so the A/B's health gate "
+              "cannot find the server's process: run the same image with `podman run` on the unit's ExecStart= line "
+              "(same options), or run llama-server / `vllm serve` on the host",
+    "docker-compose": "docker compose runs its containers outside the unit's cgroup: give the server a systemd unit "
+                      "of its own (`podman run` or the server directly on ExecStart=) and point specdec_unit at it",
+    "llama-swap": "llama-swap starts and stops llama-server on demand, so there is no one server process to restart "
+                  "with a candidate: give the model an A/B unit of its own running llama-server directly",
+}
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 DEFAULT_PORTS = {"llamacpp": 8080, "vllm": 8000}
 DEFAULT_HOSTS = {"llamacpp": "127.0.0.1", "vllm": "0.0.0.0"}
@@ -89,7 +101,7 @@ def _base(word: str) -> str:
 def _refuse(unit: str, why: str) -> CommandError:
     return CommandError(
         f"{unit}: {why}. Supported: llama-server, `vllm serve MODEL ...` or `python -m {VLLM_MODULE} ...` on the "
-        "unit's own ExecStart= line, any of those run by `podman run` / `docker run` with the server's arguments "
+        "unit's own ExecStart= line, any of those run by `podman run` with the server's arguments "
         "after the image, or a unit deployed by role llmfleet.specdec.llamacpp_serve / vllm_serve. Put the server "
         "on the unit's ExecStart= line (no shell, no wrapper script), or deploy it with role llamacpp_serve")
 
@@ -307,6 +319,11 @@ def describe(argv: Sequence[str], env: Mapping[str, str] | None = None, backend:
         engine, at = found
         return {"form": "exec", "kind": "direct", "engine": engine, "argv": argv, "launcher": None,
                 "server_at": at, "server_args": argv[at:], "container": None, "server_env": env}
+    refused = _REFUSED_RUNTIMES.get(_base(argv[0]))
+    if refused and _base(argv[0]) == "docker" and len(argv) > 1 and argv[1] == "compose":
+        refused = _REFUSED_RUNTIMES["docker-compose"]
+    if refused:
+        raise CommandError(f"{unit}: {refused}")
     if _base(argv[0]) in RUNTIMES:
         run = _runtime_run(argv, unit)
         image_at = run["image_at"]

@@ -20,8 +20,8 @@ description:
     command line runs and how candidates are written for it (RV(serving_unit.form)) - V(env) for units of roles
     C(llmfleet.specdec.llamacpp_serve) and C(llmfleet.specdec.vllm_serve) (their launchers read the env file),
     V(exec) for a hand-written unit that runs llama-server, C(vllm serve) or
-    C(python -m vllm.entrypoints.openai.api_server), directly or with C(podman run) / C(docker run) and the
-    server's arguments after the image.
+    C(python -m vllm.entrypoints.openai.api_server), directly or with C(podman run) and the server's arguments
+    after the image (C(docker run) is refused: its container runs outside the unit's cgroup).
   - Anything else (a shell or wrapper script, a program it does not know, a C($VAR) the unit does not set, a
     drop-in that sorts after the A/B drop-in and sets C(ExecStart=), quoting it cannot read exactly as systemd
     does) fails, naming the unit and what to change. Nothing on the host is changed, in or out of check mode.

@@ -28,7 +28,7 @@ def unit_of(argv: list[str], env: dict | None = None, backend: str | None = None
      "vllm", 4),
     (["/usr/bin/podman", "--log-level=info", "run", "--rm", "-it", "-p", "8080:8080", "img", "-m", "/m"], "exec",
      "container", "llamacpp", 8),
-    (["/usr/bin/docker", "run", "-p", "8000:8000", "vllm/vllm-openai:v0.9", "--model", "/m"], "exec", "container",
+    (["/usr/bin/podman", "run", "-p", "8000:8000", "vllm/vllm-openai:v0.9", "--model", "/m"], "exec", "container",
      "vllm", 5),
     (["/usr/bin/podman", "run", "-p", "9:8080", "img", "/app/llama-server", "-m", "/m"], "exec", "container",
      "llamacpp", 6),
@@ -48,6 +48,10 @@ def test_forms(argv: list[str], form: str, kind: str, engine: str, server_at: in
     (["/usr/bin/podman", "run", "--weird-opt", "x", "img"], "--weird-opt=VALUE"),
     (["/usr/bin/podman", "run", "-Z", "img"], "long form"),
     (["/usr/bin/podman", "run", "img", "/app/server.sh"], "not llama-server or vLLM"),
+    (["/usr/bin/docker", "run", "-p", "8000:8000", "vllm/vllm-openai:v0.9", "--model", "/m"],
+     "outside the unit's cgroup.*podman run"),
+    (["/usr/bin/docker", "compose", "up"], "docker compose.*unit of its own"),
+    (["/usr/local/bin/llama-swap", "--config", "/etc/swap.yaml"], "llama-swap.*unit of its own"),
 ])
 def test_refused_forms_say_what_to_do(argv: list[str], says: str) -> None:
     with pytest.raises(uc.CommandError, match=says) as info:
