@@ -339,6 +339,13 @@ fuzz: venv collection
 benchmark-load: venv collection llama-server
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/load_scaling.py
 
+# The screen against the full sweep on the real llama-server, tiny and win beds (benchmarks/screen.py): per candidate
+# and K the screen's accepted length and predicted tok/s beside the server's own with that config loaded, whether the
+# screen's pick is the sweep's winner, and the restarts each plan costs.
+.PHONY: benchmark-screen
+benchmark-screen: venv collection llama-server models win-models
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/screen.py
+
 # The A/B protocol's overhead on the demo container host (molecule/ab's container; not beside make molecule).
 benchmark-ab: venv collection llama-server models
 	@$(container_tools)
