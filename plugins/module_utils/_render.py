@@ -39,6 +39,7 @@ line; in both forms a config that sets one option as a variable and as a flag), 
 """
 from __future__ import annotations
 
+import hashlib
 import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -311,7 +312,16 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
                           f"now: {' '.join(now)}); re-run the A/B, or set specdec_promote_force=true to install the "
                           "measured command line over the change")
     kept = dict(rendering.get("override") or {})
-    env_path = f"{env_dir}/{unit}.promoted.env"
+    try:
+        env_lines = render_lines({k: v for k, v in kept.items() if v is not None}, f"promotion of {winner}")
+    except EnvFileError as exc:
+        raise RenderError(str(exc)) from None
+    env_text = ("\n".join(env_lines) + "\n") if env_lines else None
+    # a name of its own per content: the new file is written before the drop-in that names it, and the previous
+    # one (which the previous drop-in names) is removed only once production answers on the new pair, so a cut
+    # between any two commits leaves a pair that starts (the previous production's, or the verified one)
+    token = hashlib.sha256((env_text or "").encode("utf-8")).hexdigest()[:12]
+    env_path = f"{env_dir}/{unit}.promoted-{token}.env"
     # a config name, a run id or a table line with a newline would end its comment and write a directive
     lines = [comment_line(f"Written by llmfleet.specdec playbooks/promote.yml: {unit} runs config {winner} of run "
                           f"{run}."),
@@ -326,9 +336,8 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
     try:
         command = es.check_exec_start(winner_argv, rendering.get("exec_prefix") or "")
         lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
-        env_lines = render_lines({k: v for k, v in kept.items() if v is not None}, f"promotion of {winner}")
     except (SpecdecError, EnvFileError) as exc:
         raise RenderError(str(exc)) from None
     return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
-            "env_file": env_path, "env_text": ("\n".join(env_lines) + "\n") if env_lines else None,
+            "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
             "exec_start": winner_argv, "measured_production": measured}

@@ -1,6 +1,7 @@
 """A unit's command line understood (module_utils/_unit_command.py) and a candidate rendered in its form (_render.py)."""
 from __future__ import annotations
 
+import fnmatch
 import shlex
 
 import pytest
@@ -216,7 +217,13 @@ def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
     promo = exec_promotion(report, "d6", unit, ["# d6 | prose | 1.0x"])
     assert promo["dropin"] == "/etc/systemd/system/llama.service.d/40-llmfleet-specdec-promoted.conf"
     settings = [(a.key, a.value) for a in es.unit_assignments(promo["text"])]
-    assert settings[0] == ("EnvironmentFile", "/etc/llmfleet-specdec/llama.service.promoted.env")
+    # the env file has a name of its own per content, so the previous one stays until the new pair answers
+    assert settings[0] == ("EnvironmentFile", promo["env_file"])
+    assert promo["env_file"].startswith("/etc/llmfleet-specdec/llama.service.promoted-")
+    assert fnmatch.fnmatch(promo["env_file"].rsplit("/", 1)[1], promo["env_pattern"])
+    other = dict(report, configs=[dict(c, rendering=dict(c["rendering"], override=dict(
+        c["rendering"].get("override") or {}, GGML_SCHED="z"))) for c in report["configs"]])
+    assert exec_promotion(other, "d6", unit)["env_file"] != promo["env_file"]
     assert settings[1] == ("ExecStart", "")
     assert list(es.parse_exec(settings[2][1], {})[0].argv) == promo["exec_start"]
     assert promo["exec_start"][-2:] == ["--spec-draft-n-max", "6"] and "# d6 | prose | 1.0x" in promo["text"]
