@@ -41,8 +41,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
-from ansible_collections.llmfleet.specdec.plugins.module_utils._build_deadman import (  # noqa: F401 (re-exported)
-    _ROLLBACK_SCRIPT,
+from ansible_collections.llmfleet.specdec.plugins.module_utils._build_deadman import (
     render_rollback_script,
     timer_command,
 )

@@ -21,7 +21,7 @@ description:
     C(llmfleet.specdec.llamacpp_serve) and C(llmfleet.specdec.vllm_serve) (their launchers read the env file),
     V(exec) for a hand-written unit that runs llama-server, C(vllm serve) or
     C(python -m vllm.entrypoints.openai.api_server), directly or with C(podman run) and the server's arguments
-    after the image (C(docker run) is refused: its container runs outside the unit's cgroup).
+    after the image (C(docker run) is refused; its container runs outside the unit's cgroup).
   - Anything else (a shell or wrapper script, a program it does not know, a C($VAR) the unit does not set, a
     drop-in that sorts after the A/B drop-in and sets C(ExecStart=), quoting it cannot read exactly as systemd
     does) fails, naming the unit and what to change. Nothing on the host is changed, in or out of check mode.
@@ -49,10 +49,10 @@ options:
     default: true
   start_from_running:
     description:
-      - Compare the running process with what a restart of the unit would start (RV(serving_unit.pending)): its
+      - Compare the running process with what a restart of the unit would start (RV(serving_unit.pending)), that is its
         command line, its environment, the server's binary (a build switched or replaced on disk) and unit files
         systemd has not loaded yet (C(NeedDaemonReload)). A difference fails, naming it and the fix, before a play
-        changes the unit: its restarts would otherwise apply a change nobody verified, and its way back would be
+        changes the unit; its restarts would otherwise apply a change nobody verified, and its way back would be
         the files on disk, not the production that ran.
       - A unit that is not installed or not running, or whose running process is an A/B candidate (an override of
         M(llmfleet.specdec.unit_override) is live), has nothing to compare and passes.

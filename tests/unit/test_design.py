@@ -155,8 +155,8 @@ def _cells(effects: dict[str, float], rounds: int, sigma: float, seed: int) -> d
 
 
 def test_a_clear_win_stops_early_and_the_rest_go_on():
-    cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01}, "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01,
-                                                            2: math.log(2.0)},
+    cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01},
+             "fast": {0: math.log(2.0) + 0.01, 1: math.log(2.0) - 0.01, 2: math.log(2.0)},
              "maybe": {0: math.log(1.15) + 0.05, 1: math.log(1.15) - 0.03, 2: math.log(1.15) - 0.08}}
     out = ds.sequential(cells, "baseline", ["fast", "maybe"], max_rounds=5)
     fast = out["verdicts"]["fast"]

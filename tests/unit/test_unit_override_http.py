@@ -156,17 +156,18 @@ def test_the_put_back_is_never_readable_by_others(tmp_path, monkeypatch: pytest.
     import os
     import stat
 
+    seen: list = []
+    real_fdopen = os.fdopen
+
+    def spy(fd, *args, **kwargs):
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return real_fdopen(fd, *args, **kwargs)
+
     for text in _scripts()[1:]:
         namespace = _script_namespace(text)
         target = tmp_path / "llama-server.env"
         target.write_text("new")
-        seen = []
-        real_fdopen = namespace["os"].fdopen
-
-        def spy(fd, *args, seen=seen, real_fdopen=real_fdopen, **kwargs):
-            seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
-            return real_fdopen(fd, *args, **kwargs)
-
+        seen.clear()
         monkeypatch.setattr(namespace["os"], "fdopen", spy)
         namespace["put_back"](str(target), "API_KEY=secret\n", 0o600)
         monkeypatch.undo()

@@ -46,6 +46,6 @@ def _all_versions_added():
 def test_version_added_is_at_most_the_collection_version() -> None:
     galaxy = parse(str(yaml.safe_load((ROOT / "galaxy.yml").read_text(encoding="utf-8"))["version"]))
     found = _all_versions_added()
-    assert any(where.startswith("plugins/modules/serving_unit_info.py") for where, _ in found)
+    assert any(where.startswith("plugins/modules/serving_unit_info.py") for where, _added in found)
     ahead = [f"{where}: {added}" for where, added in found if parse(added) > galaxy]
     assert not ahead, f"version_added ahead of galaxy.yml's version {galaxy}: {ahead}"
