@@ -106,12 +106,15 @@ def replay(continuations: Sequence[Mapping[str, Any]], propose: Callable[[Sequen
 
 def ngram_proposer(spec_type: str, params: Mapping[str, int], k: int) -> Any:
     """A fresh proposer of ``spec_type`` at depth ``k`` (K is the proposer's own maximum draft: ngram-simple's
-    ``size_m``, ngram-mod's ``n_max``)."""
+    ``size_m``, ngram-mod's ``n_max``, ngram-map-k's and ngram-map-k4v's ``size_m``)."""
     if spec_type == "ngram-simple":
         return _ngram.NgramSimple(params.get("size_n", _ngram.SIMPLE_SIZE_N), k)
     if spec_type == "ngram-mod":
         return _ngram.NgramMod(params.get("n_match", _ngram.MOD_N_MATCH), k,
                                min(params.get("n_min", _ngram.MOD_N_MIN), k))
+    if spec_type in ("ngram-map-k", "ngram-map-k4v"):
+        return _ngram.NgramMap(params.get("size_n", _ngram.MAP_SIZE_N), k, spec_type == "ngram-map-k",
+                               params.get("min_hits", _ngram.MAP_MIN_HITS))
     raise ScreenError(f"{spec_type}: not an n-gram proposer the screen has ported ({', '.join(_ngram.PORTED)})")
 
 
@@ -361,7 +364,10 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
                             "ngram": {
                                 "ngram-simple": {"size_n": int(flags.get("--spec-ngram-simple-size-n") or _ngram.SIMPLE_SIZE_N)},
                                 "ngram-mod": {"n_match": int(flags.get("--spec-ngram-mod-n-match") or _ngram.MOD_N_MATCH),
-                                              "n_min": int(flags.get("--spec-ngram-mod-n-min") or _ngram.MOD_N_MIN)}}}
+                                              "n_min": int(flags.get("--spec-ngram-mod-n-min") or _ngram.MOD_N_MIN)},
+                                **{t: {"size_n": int(flags.get(f"--spec-{t}-size-n") or _ngram.MAP_SIZE_N),
+                                       "min_hits": int(flags.get(f"--spec-{t}-min-hits") or _ngram.MAP_MIN_HITS)}
+                                   for t in ("ngram-map-k", "ngram-map-k4v")}}}
     ks = candidate.get("ks")
     if ks:
         plan["ks"] = sorted({be.check_k(k, f"candidate {name}: ks") for k in ks})
@@ -369,6 +375,8 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
         plan["ks"] = [int(flags.get("--spec-ngram-mod-n-max") or _ngram.MOD_N_MAX)]
     elif chain == ["ngram-simple"]:
         plan["ks"] = [int(flags.get("--spec-ngram-simple-size-m") or _ngram.SIMPLE_SIZE_M)]
+    elif chain in (["ngram-map-k"], ["ngram-map-k4v"]):
+        plan["ks"] = [int(flags.get(f"--spec-{chain[0]}-size-m") or _ngram.MAP_SIZE_M)]
     else:
         plan["ks"] = sorted({*DEFAULT_KS, *([int(n_max)] if n_max else [])})
     if not chain or chain == ["none"]:
