@@ -22,7 +22,12 @@ is told the outcome with ``accept(n_accepted)``, as ``common/speculative.cpp`` c
   tokens accepted at the last draft, which caps the next draft of that key); one per slot, kept across requests
   and trimmed at each request's start as llama.cpp does.
 
-``ngram-cache`` is not ported: the screen reports it unscreenable.
+- :class:`NgramCache`: ``common_speculative_impl_ngram_cache`` over ``common/ngram-cache.cpp`` without the
+  static and dynamic cache files (``--lookup-cache-static``/``-dynamic``): the context cache of 1- to 4-grams
+  and the tokens seen after them, kept per slot across requests and fed only the tokens past its size, a draft
+  of up to 8 tokens (fixed in the pinned tree) chosen by counts with llama.cpp's lax thresholds. Ties go to the
+  first token in ``std::unordered_map``'s iteration order, which :class:`_UnorderedInts` reproduces (libstdc++'s
+  prime rehash policy, identity hash of ints).
 """
 from __future__ import annotations
 
@@ -47,8 +52,14 @@ MAP_MAX_VALUE_COUNT = 16380  # COMMON_NGRAM_MAX_VALUE_COUNT
 _MAP_LCG = 2654435761
 _U32 = (1 << 32) - 1
 
-PORTED = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v")
-NOT_PORTED = ("ngram-cache",)
+CACHE_N_DRAFT = 8  # create_state_ngram_cache's n_draft
+CACHE_NGRAM_MIN = 1
+CACHE_NGRAM_MAX = 4
+_CACHE_MIN_SAMPLE = (2, 2, 1, 1)  # draft_min_sample_size_lax
+_CACHE_MIN_PERCENT = (66, 50, 50, 50)  # draft_min_percent_lax
+
+PORTED = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+NOT_PORTED: tuple = ()
 
 
 class NgramSimple:
@@ -297,3 +308,57 @@ class NgramMap:
         """``common_ngram_map_accept``: the chosen value remembers how much of its draft was taken."""
         if self.last_draft_created:
             self.keys[self.last_draft_key_idx].n_accepted[self.last_draft_value_idx] = int(n_accepted)
+
+
+class NgramCache:
+    """``ngram-cache`` without cache files: the context n-gram cache of one slot, kept across requests."""
+
+    def __init__(self, n_draft: int = CACHE_N_DRAFT) -> None:
+        self.n_draft = int(n_draft)
+        self.context: Dict[tuple, Dict[int, int]] = {}  # n-gram -> next token -> count, in first-seen order
+        self.cache_size = 0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Nothing: llama.cpp's ``begin`` is a no-op for the cache."""
+
+    def _update(self, inp: Sequence[int]) -> None:
+        # common_ngram_cache_update(..., inp, nnew = len(inp)): n-grams inside ``inp`` only
+        for size in range(CACHE_NGRAM_MIN, CACHE_NGRAM_MAX + 1):
+            for i in range(size, len(inp)):
+                part = self.context.setdefault(tuple(inp[i - size:i]), {})
+                part[inp[i]] = part.get(inp[i], 0) + 1
+
+    def _try(self, ngrams: List[tuple]) -> int | None:
+        for i in range(len(ngrams) - 1, -1, -1):
+            part = self.context.get(ngrams[i])
+            if part is None:
+                continue
+            max_count, sum_count, max_token = 0, 0, None
+            for token, count in reversed(list(part.items())):  # libstdc++'s order where it matters
+                if count > max_count:  # no static cache: every static weight is 1
+                    max_token, max_count = token, count
+                sum_count += count
+            if sum_count < _CACHE_MIN_SAMPLE[i] or 100 * max_count < _CACHE_MIN_PERCENT[i] * sum_count:
+                continue
+            return max_token
+        return None
+
+    def draft(self, prompt: Sequence[int], last: int) -> List[int]:
+        if self.cache_size < len(prompt) + 1:
+            self._update([*prompt[self.cache_size:], last])
+            self.cache_size = len(prompt) + 1
+        inp = [*prompt, last]
+        if len(inp) < 2:  # LLAMA_NGRAM_STATIC
+            return []
+        draft: List[int] = []
+        while len(draft) < self.n_draft:
+            seq = inp + draft
+            ngrams = [tuple(seq[len(seq) - size:]) for size in range(CACHE_NGRAM_MIN, CACHE_NGRAM_MAX + 1)]
+            token = self._try(ngrams)
+            if token is None:
+                break  # the dynamic and static caches are empty without files
+            draft.append(token)
+        return draft
+
+    def accept(self, n_accepted: int) -> None:
+        """Nothing: the cache learns from the tokens it is given, not from the outcome."""

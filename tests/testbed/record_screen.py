@@ -22,6 +22,7 @@ CONFIGS = {
     "ngram-map-k": ["--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "4", "--spec-ngram-map-k-size-m", "8"],
     "ngram-map-k4v": ["--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "4",
                       "--spec-ngram-map-k4v-size-m", "8", "--spec-ngram-map-k4v-min-hits", "2"],
+    "ngram-cache": ["--spec-type", "ngram-cache"],
 }
 
 
