@@ -16,7 +16,18 @@ is told the outcome with ``accept(n_accepted)``, as ``common/speculative.cpp`` c
   requests like the server's one instance, reset when a quarter full or after five rounds accepting under a
   quarter of their draft; a draft is the chain of next tokens, dropped when shorter than ``n_min``.
 
-``ngram-map-k``, ``ngram-map-k4v`` and ``ngram-cache`` are not ported: the screen reports them unscreenable.
+- :class:`NgramMap`: ``common_speculative_impl_ngram_map_k`` over ``common_ngram_map_*`` (``common/ngram-map.cpp``),
+  ``ngram-map-k`` (``key_only``) and ``ngram-map-k4v``: the last ``size_n`` tokens looked up through a hashed
+  key map (2^18 slots) and a backward search, with per-key statistics (hits, up to four value m-grams and the
+  tokens accepted at the last draft, which caps the next draft of that key); one per slot, kept across requests
+  and trimmed at each request's start as llama.cpp does.
+
+- :class:`NgramCache`: ``common_speculative_impl_ngram_cache`` over ``common/ngram-cache.cpp`` without the
+  static and dynamic cache files (``--lookup-cache-static``/``-dynamic``): the context cache of 1- to 4-grams
+  and the tokens seen after them, kept per slot across requests and fed only the tokens past its size, a draft
+  of up to 8 tokens (fixed in the pinned tree) chosen by counts with llama.cpp's lax thresholds. Ties go to the
+  first token in ``std::unordered_map``'s iteration order, which :class:`_UnorderedInts` reproduces (libstdc++'s
+  prime rehash policy, identity hash of ints).
 """
 from __future__ import annotations
 
@@ -32,8 +43,23 @@ MOD_SIZE = 4 * 1024 * 1024
 _MASK = (1 << 64) - 1
 _LCG = 6364136223846793005
 
-PORTED = ("ngram-simple", "ngram-mod")
-NOT_PORTED = ("ngram-map-k", "ngram-map-k4v", "ngram-cache")
+MAP_SIZE_N = 12
+MAP_SIZE_M = 48
+MAP_MIN_HITS = 1
+MAP_HASH_SIZE = 262144  # COMMON_NGRAM_HASH_MAP_SIZE
+MAP_MAX_VALUES = 4  # COMMON_NGRAM_MAX_VALUES
+MAP_MAX_VALUE_COUNT = 16380  # COMMON_NGRAM_MAX_VALUE_COUNT
+_MAP_LCG = 2654435761
+_U32 = (1 << 32) - 1
+
+CACHE_N_DRAFT = 8  # create_state_ngram_cache's n_draft
+CACHE_NGRAM_MIN = 1
+CACHE_NGRAM_MAX = 4
+_CACHE_MIN_SAMPLE = (2, 2, 1, 1)  # draft_min_sample_size_lax
+_CACHE_MIN_PERCENT = (66, 50, 50, 50)  # draft_min_percent_lax
+
+PORTED = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+NOT_PORTED: tuple = ()
 
 
 class NgramSimple:
@@ -136,3 +162,203 @@ class NgramMod:
                     self.i_last = 0
             else:
                 self.n_low = 0
+
+
+class _MapKey:
+    """``common_ngram_map_key``: a key n-gram's place, hits and its (up to four) value m-grams."""
+
+    def __init__(self, key_idx: int, m: int) -> None:
+        self.key_idx = key_idx
+        self.stat_idx = 0
+        self.key_num = 0
+        self.value_idx = [0] * MAP_MAX_VALUES
+        self.value_num = [0] * MAP_MAX_VALUES
+        self.n_accepted = [m] * MAP_MAX_VALUES
+
+
+def _map_hash(tokens: Sequence[int], start: int, n: int) -> int:
+    res = 0
+    for i in range(n):
+        res = (res * _MAP_LCG + tokens[start + i]) & _U32
+    return res
+
+
+def _same(tokens: Sequence[int], at: int, key: Sequence[int]) -> bool:
+    return list(tokens[at:at + len(key)]) == list(key)
+
+
+class NgramMap:
+    """``ngram-map-k`` (``key_only``) and ``ngram-map-k4v``: ``common_ngram_map`` of one slot."""
+
+    def __init__(self, size_n: int = MAP_SIZE_N, size_m: int = MAP_SIZE_M, key_only: bool = True,
+                 min_hits: int = MAP_MIN_HITS) -> None:
+        self.n, self.m, self.key_only, self.min_hits = int(size_n), int(size_m), bool(key_only), int(min_hits)
+        self.keys: List[_MapKey] = []
+        self.key_map: Dict[int, int] = {}  # sparse: the C++ vector's non-zero slots
+        self.key_map_last_idx = 0
+        self.size_last_begin = 0
+        self.idx_last_check = 0
+        self.last_draft_created = False
+        self.last_draft_key_idx = 0
+        self.last_draft_value_idx = 0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """``common_ngram_map_begin``: forget what lies past the previous request's start."""
+        size_begin = len(prompt)
+        cleanup = self.size_last_begin
+        if cleanup > size_begin:
+            cleanup = size_begin - self.n - self.m if size_begin > self.n + self.m else 0
+        if size_begin < self.idx_last_check:
+            self.key_map = {h: i for h, i in self.key_map.items() if i < cleanup}
+            self.key_map_last_idx = cleanup - 1 if cleanup > 0 else 0
+            for i in range(len(self.keys) - 1, -1, -1):
+                key = self.keys[i]
+                if key.key_idx >= cleanup:
+                    del self.keys[i]
+                    continue
+                if self.key_only:
+                    continue
+                for j in range(MAP_MAX_VALUES - 1, -1, -1):
+                    if key.value_idx[j] != 0 and key.value_idx[j] >= cleanup:
+                        for arr in (key.value_idx, key.value_num, key.n_accepted):
+                            arr[j:MAP_MAX_VALUES - 1] = arr[j + 1:MAP_MAX_VALUES]
+                        key.value_idx[-1] = 0
+                        key.value_num[-1] = 0
+                if key.value_idx[0] == 0:
+                    del self.keys[i]
+        self.idx_last_check = size_begin
+        self.size_last_begin = size_begin
+
+    def _search(self, inp: Sequence[int], key: Sequence[int], start: int, stop: int) -> int:
+        for j in range(start, stop, -1):
+            if _same(inp, j, key):
+                return j
+        return 0
+
+    def draft(self, inp: Sequence[int], sampled: int) -> List[int]:
+        """``common_ngram_map_draft``."""
+        self.last_draft_created = False
+        self.last_draft_key_idx = 0
+        self.last_draft_value_idx = 0
+        cur_len, n, m = len(inp), self.n, self.m
+        if cur_len < 2 * n + m:
+            return []
+        self.idx_last_check = cur_len
+        key_tokens = [*inp[cur_len - n + 1:cur_len], sampled]
+        last_begin, top = self.size_last_begin, cur_len - n - m - 1
+        match_pos = 0
+        idx_key = self.key_map.get(_map_hash(key_tokens, 0, n) % MAP_HASH_SIZE, 0)
+        if idx_key != 0 and idx_key < top and _same(inp, idx_key, key_tokens):
+            match_pos = idx_key
+        if match_pos == 0 and last_begin > n + m + 1:
+            match_pos = self._search(inp, key_tokens, last_begin - n - m - 1, self.key_map_last_idx)
+        if match_pos == 0:
+            match_pos = self._search(inp, key_tokens, top, max(last_begin, self.key_map_last_idx))
+        ranges = [range(top, max(last_begin, self.key_map_last_idx), -1)]
+        if last_begin > n + m + 1:
+            ranges.insert(0, range(last_begin - n - m - 1, self.key_map_last_idx, -1))
+        for span in ranges:
+            for j in span:
+                self.key_map.setdefault(_map_hash(inp, j, n) % MAP_HASH_SIZE, j)
+        self.key_map_last_idx = max(top, self.key_map_last_idx)
+        if match_pos == 0:
+            return []
+        key_offset = next((i for i, k in enumerate(self.keys) if _same(inp, k.key_idx, key_tokens)), len(self.keys))
+        if key_offset == len(self.keys):
+            self.keys.append(_MapKey(match_pos, m))
+        curr = self.keys[key_offset]
+        curr.key_num = min(curr.key_num + 1, MAP_MAX_VALUE_COUNT)
+        if self.key_only:
+            slot = 0
+        else:
+            if curr.key_num < self.min_hits:
+                return []
+            for i in range(curr.stat_idx, match_pos + 1):
+                if not _same(inp, i, key_tokens):
+                    continue
+                begin_value = i + n
+                idx_value = -1
+                for v in range(MAP_MAX_VALUES):
+                    begin_v = curr.value_idx[v]
+                    if begin_v == 0:
+                        curr.value_idx[v], curr.value_num[v], curr.n_accepted[v] = begin_value, 0, m
+                        idx_value = v
+                        break
+                    if list(inp[begin_value:begin_value + m]) == list(inp[begin_v:begin_v + m]):
+                        idx_value = v
+                        break
+                if idx_value >= 0:
+                    curr.value_num[idx_value] = min(curr.value_num[idx_value] + 1, MAP_MAX_VALUE_COUNT)
+            curr.stat_idx = match_pos
+            max_occur, slot = 0, 0
+            for v in range(MAP_MAX_VALUES):
+                if curr.value_num[v] > max_occur:
+                    max_occur, slot = curr.value_num[v], v
+            sum_occur = sum(c for v, c in enumerate(curr.value_num) if v != slot)
+            if sum_occur > 0 and max_occur < 2 * sum_occur:
+                return []
+        n_draft = min(m, curr.n_accepted[slot])
+        self.last_draft_created = True
+        self.last_draft_key_idx = key_offset
+        self.last_draft_value_idx = slot
+        # as llama.cpp: the tokens after the match (not those of the chosen value)
+        return list(inp[match_pos + n:match_pos + n + max(n_draft, 0)])
+
+    def accept(self, n_accepted: int) -> None:
+        """``common_ngram_map_accept``: the chosen value remembers how much of its draft was taken."""
+        if self.last_draft_created:
+            self.keys[self.last_draft_key_idx].n_accepted[self.last_draft_value_idx] = int(n_accepted)
+
+
+class NgramCache:
+    """``ngram-cache`` without cache files: the context n-gram cache of one slot, kept across requests."""
+
+    def __init__(self, n_draft: int = CACHE_N_DRAFT) -> None:
+        self.n_draft = int(n_draft)
+        self.context: Dict[tuple, Dict[int, int]] = {}  # n-gram -> next token -> count, in first-seen order
+        self.cache_size = 0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Nothing: llama.cpp's ``begin`` is a no-op for the cache."""
+
+    def _update(self, inp: Sequence[int]) -> None:
+        # common_ngram_cache_update(..., inp, nnew = len(inp)): n-grams inside ``inp`` only
+        for size in range(CACHE_NGRAM_MIN, CACHE_NGRAM_MAX + 1):
+            for i in range(size, len(inp)):
+                part = self.context.setdefault(tuple(inp[i - size:i]), {})
+                part[inp[i]] = part.get(inp[i], 0) + 1
+
+    def _try(self, ngrams: List[tuple]) -> int | None:
+        for i in range(len(ngrams) - 1, -1, -1):
+            part = self.context.get(ngrams[i])
+            if part is None:
+                continue
+            max_count, sum_count, max_token = 0, 0, None
+            for token, count in reversed(list(part.items())):  # libstdc++'s order where it matters
+                if count > max_count:  # no static cache: every static weight is 1
+                    max_token, max_count = token, count
+                sum_count += count
+            if sum_count < _CACHE_MIN_SAMPLE[i] or 100 * max_count < _CACHE_MIN_PERCENT[i] * sum_count:
+                continue
+            return max_token
+        return None
+
+    def draft(self, prompt: Sequence[int], last: int) -> List[int]:
+        if self.cache_size < len(prompt) + 1:
+            self._update([*prompt[self.cache_size:], last])
+            self.cache_size = len(prompt) + 1
+        inp = [*prompt, last]
+        if len(inp) < 2:  # LLAMA_NGRAM_STATIC
+            return []
+        draft: List[int] = []
+        while len(draft) < self.n_draft:
+            seq = inp + draft
+            ngrams = [tuple(seq[len(seq) - size:]) for size in range(CACHE_NGRAM_MIN, CACHE_NGRAM_MAX + 1)]
+            token = self._try(ngrams)
+            if token is None:
+                break  # the dynamic and static caches are empty without files
+            draft.append(token)
+        return draft
+
+    def accept(self, n_accepted: int) -> None:
+        """Nothing: the cache learns from the tokens it is given, not from the outcome."""

@@ -104,14 +104,30 @@ def replay(continuations: Sequence[Mapping[str, Any]], propose: Callable[[Sequen
             "accept_per_pos": [c / rounds if rounds else 0.0 for c in per_pos], "requests": requests}
 
 
+def _cache_files(env: Mapping[str, Any], flags: Mapping[str, Any]) -> List[str]:
+    """The lookup cache files a candidate gives ngram-cache (flags only: the pinned tree has no environment
+    variable for them)."""
+    del env
+    names = (("--lookup-cache-static", "-lcs"), ("--lookup-cache-dynamic", "-lcd"))
+    return [long for long, short in names if flags.get(long) or flags.get(short)]
+
+
 def ngram_proposer(spec_type: str, params: Mapping[str, int], k: int) -> Any:
     """A fresh proposer of ``spec_type`` at depth ``k`` (K is the proposer's own maximum draft: ngram-simple's
-    ``size_m``, ngram-mod's ``n_max``)."""
+    ``size_m``, ngram-mod's ``n_max``, ngram-map-k's and ngram-map-k4v's ``size_m``)."""
     if spec_type == "ngram-simple":
         return _ngram.NgramSimple(params.get("size_n", _ngram.SIMPLE_SIZE_N), k)
     if spec_type == "ngram-mod":
         return _ngram.NgramMod(params.get("n_match", _ngram.MOD_N_MATCH), k,
                                min(params.get("n_min", _ngram.MOD_N_MIN), k))
+    if spec_type in ("ngram-map-k", "ngram-map-k4v"):
+        return _ngram.NgramMap(params.get("size_n", _ngram.MAP_SIZE_N), k, spec_type == "ngram-map-k",
+                               params.get("min_hits", _ngram.MAP_MIN_HITS))
+    if spec_type == "ngram-cache":
+        if params.get("files"):
+            raise ScreenError("ngram-cache with --lookup-cache-static/--lookup-cache-dynamic: the screen replays the "
+                              "context cache only; drop the cache files from the candidate or measure it by the A/B")
+        return _ngram.NgramCache(k)
     raise ScreenError(f"{spec_type}: not an n-gram proposer the screen has ported ({', '.join(_ngram.PORTED)})")
 
 
@@ -361,7 +377,11 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
                             "ngram": {
                                 "ngram-simple": {"size_n": int(flags.get("--spec-ngram-simple-size-n") or _ngram.SIMPLE_SIZE_N)},
                                 "ngram-mod": {"n_match": int(flags.get("--spec-ngram-mod-n-match") or _ngram.MOD_N_MATCH),
-                                              "n_min": int(flags.get("--spec-ngram-mod-n-min") or _ngram.MOD_N_MIN)}}}
+                                              "n_min": int(flags.get("--spec-ngram-mod-n-min") or _ngram.MOD_N_MIN)},
+                                **{t: {"size_n": int(flags.get(f"--spec-{t}-size-n") or _ngram.MAP_SIZE_N),
+                                       "min_hits": int(flags.get(f"--spec-{t}-min-hits") or _ngram.MAP_MIN_HITS)}
+                                   for t in ("ngram-map-k", "ngram-map-k4v")},
+                                "ngram-cache": {"files": int(bool(_cache_files(env, flags)))}}}
     ks = candidate.get("ks")
     if ks:
         plan["ks"] = sorted({be.check_k(k, f"candidate {name}: ks") for k in ks})
@@ -369,6 +389,10 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
         plan["ks"] = [int(flags.get("--spec-ngram-mod-n-max") or _ngram.MOD_N_MAX)]
     elif chain == ["ngram-simple"]:
         plan["ks"] = [int(flags.get("--spec-ngram-simple-size-m") or _ngram.SIMPLE_SIZE_M)]
+    elif chain == ["ngram-cache"]:
+        plan["ks"] = [_ngram.CACHE_N_DRAFT]
+    elif chain in (["ngram-map-k"], ["ngram-map-k4v"]):
+        plan["ks"] = [int(flags.get(f"--spec-{chain[0]}-size-m") or _ngram.MAP_SIZE_M)]
     else:
         plan["ks"] = sorted({*DEFAULT_KS, *([int(n_max)] if n_max else [])})
     if not chain or chain == ["none"]:
@@ -377,6 +401,9 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
         trained = [t for t in chain if t in TRAINED]
         plan.update(screenable=False, why=f"{', '.join(trained)} reads the target's hidden states: it cannot be "
                                           "replayed outside the target; the A/B measures it")
+    elif "ngram-cache" in chain and _cache_files(env, flags):
+        plan.update(screenable=False, why=f"ngram-cache with {', '.join(_cache_files(env, flags))}: the screen "
+                                          "replays its context cache only (no cache files); the A/B measures it")
     elif any(t in _ngram.NOT_PORTED for t in chain):
         plan.update(screenable=False, why=f"{', '.join(t for t in chain if t in _ngram.NOT_PORTED)} is not ported "
                                           "to the screen yet; the A/B measures it")

@@ -19,10 +19,13 @@ description:
   - A plain draft model (C(draft-simple)) runs beside production on a spare loopback port (O(drafter_port), checked
     free first) as a transient systemd unit with a runtime limit (O(drafter_runtime_max)), asked for its greedy
     tokens from each prefix (llama.cpp's C(p_min)/C(n_min) stopping rules applied), and stopped at the end in every
-    case. The n-gram proposers C(ngram-simple) and C(ngram-mod) are replayed without any server (ported from the
-    pinned llama.cpp tree).
+    case. The n-gram proposers C(ngram-simple), C(ngram-mod), C(ngram-map-k), C(ngram-map-k4v) and C(ngram-cache)
+    are replayed without any server (ported from the pinned llama.cpp tree; their C(--spec-<type>-size-n),
+    C(-min-hits) and C(-n-match)/C(-n-min) flags are read from C(flags)). C(ngram-cache) is replayed with its
+    context cache only; a candidate giving it C(--lookup-cache-static) or C(--lookup-cache-dynamic) files is
+    reported C(screenable=false).
   - Trained heads that read the target's hidden states (C(draft-mtp), C(draft-eagle3), C(draft-dflash),
-    C(draft-dspark)), C(ngram-map-k), C(ngram-map-k4v), C(ngram-cache) and chains are reported C(screenable=false) with
+    C(draft-dspark)) and chains are reported C(screenable=false) with
     the reason; the A/B measures them.
   - Per candidate and K, the predicted decode tokens/s with a 95 % interval (the requests resampled with the measured
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.

@@ -82,6 +82,31 @@ def test_the_ngram_mod_replay_matches_the_servers_counters_on_echo(production, s
     assert abs(replayed["mean_accepted_len"] - real["mean_accepted_len"]) <= 0.10 * real["mean_accepted_len"], (replayed, real)
 
 
+def test_the_ngram_cache_replay_is_the_servers_own_counters(production, start_server, standard_models) -> None:
+    server, prod = production
+    client = Endpoint(server.url, timeout=120)
+    # the token the target repeats most, as text, repeated in the prompts with "x"/"y" between: the context cache
+    # learns n-grams the target then emits (on plain prompts the pinned tree's ngram-cache drafts nothing) and
+    # meets two-way ties
+    tokens = [t for c in prod["continuations"] for t in c["tokens"]]
+    word = client._json("POST", "/detokenize", {"tokens": [max(set(tokens), key=tokens.count)]})["content"]
+    prompts = [{"shape": "echo", "text": (word * 6 + " x") * 4 + word * 3, "n_predict": 48},
+               {"shape": "echo", "text": (word * 3 + " x" + word * 3 + " y") * 4 + word, "n_predict": 48},
+               {"shape": "echo", "text": (word + " x" + word + " y") * 6 + word * 2, "n_predict": 48}]
+    conts = _screen.production_continuations(client, prompts)["continuations"]
+    replayed = _screen.replay_ngram(conts, "ngram-cache", {}, 8)
+    real = start_server(standard_models["target.gguf"], args=["-t", "1", "--metrics", "--spec-type", "ngram-cache"])
+    rows = []
+    for cont in conts:
+        reply = Endpoint(real.url, timeout=120)._json("POST", "/completion", {
+            "prompt": cont["prompt"], "n_predict": cont["budget"], "temperature": 0.0, "cache_prompt": False,
+            "return_tokens": True})
+        assert [int(t) for t in reply["tokens"]] == cont["tokens"]
+        rows.append((int(reply["timings"].get("draft_n") or 0), int(reply["timings"].get("draft_n_accepted") or 0)))
+    assert replayed["drafted"] > 0
+    assert [(sum(d for d, _a in steps), sum(a for _d, a in steps)) for steps in replayed["requests"]] == rows
+
+
 def test_the_module_contract_and_no_restart(production, standard_models, llama_server_bin) -> None:
     server, _prod = production
     pid = server.pid

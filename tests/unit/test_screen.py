@@ -38,6 +38,79 @@ def test_ngram_simple_replays_the_servers_own_counters() -> None:
     assert got == [(r["draft_n"], r["draft_n_accepted"]) for r in served]
 
 
+@pytest.mark.parametrize("spec_type", ["ngram-map-k", "ngram-map-k4v"])
+def test_ngram_map_replays_the_servers_own_counters(spec_type: str) -> None:
+    args = RUN["served"][spec_type]["args"]
+    plan = _screen.candidate_plan({"name": spec_type, "flags": args})  # the flags read as the screen reads them
+    assert plan["screenable"] is True and plan["ks"] == [_flag(args, f"--spec-{spec_type}-size-m")]
+    assert plan["ngram"][spec_type]["size_n"] == _flag(args, f"--spec-{spec_type}-size-n")
+    replayed = _screen.replay_ngram(RUN["continuations"], spec_type, plan["ngram"][spec_type], plan["ks"][0])
+    served = RUN["served"][spec_type]["requests"]
+    got = [(sum(d for d, _a in steps), sum(a for _d, a in steps)) for steps in replayed["requests"]]
+    assert got == [(r["draft_n"], r["draft_n_accepted"]) for r in served]
+
+
+def test_ngram_map_k4v_min_hits_changes_what_is_drafted() -> None:
+    # the recorded k4v run asks two hits of a key: it drafts less than map-k on the same tokens
+    k4v = [r["draft_n"] for r in RUN["served"]["ngram-map-k4v"]["requests"]]
+    k = [r["draft_n"] for r in RUN["served"]["ngram-map-k"]["requests"]]
+    assert sum(k4v) < sum(k)
+
+
+def test_ngram_map_rules_are_llama_cpps() -> None:
+    # hash: uint32 LCG with factor 2654435761, then mod 2^18 slots
+    assert _ngram._map_hash([5, 7], 0, 2) == (5 * 2654435761 + 7) % (1 << 32)
+    ngram = _ngram.NgramMap(size_n=2, size_m=2, key_only=True)
+    history = [9, 1, 2, 3, 4, 8, 8, 8, 1]  # key (1, 2) at 1 is followed by 3, 4
+    ngram.begin(history[:6])  # the prompt: searched from its end back, as llama.cpp does
+    assert ngram.draft(history[:5], 0) == []  # fewer than 2n + m tokens: nothing
+    assert ngram.draft(history, 2) == [3, 4]
+    ngram.accept(1)  # the key's next draft is capped at what was accepted
+    assert ngram.draft([*history, 2, 7], 1) == []  # (7, 1) unknown
+    assert ngram.draft([*history, 2, 7, 1], 2) == [3]
+    ngram.accept(0)
+    assert ngram.draft([*history, 2, 7, 1, 2, 5, 1], 2) == []  # accepted nothing last time: drafts nothing
+
+
+def test_ngram_cache_replays_the_servers_own_counters() -> None:
+    args = RUN["served"]["ngram-cache"]["args"]
+    plan = _screen.candidate_plan({"name": "cache", "flags": args})
+    assert plan["screenable"] is True and plan["ks"] == [8]  # n_draft is fixed at 8 in the pinned tree
+    replayed = _screen.replay_ngram(RUN["continuations"], "ngram-cache", plan["ngram"]["ngram-cache"], 8)
+    served = RUN["served"]["ngram-cache"]["requests"]
+    got = [(sum(d for d, _a in steps), sum(a for _d, a in steps)) for steps in replayed["requests"]]
+    # the server drafts nothing on this run: its context cache learns the prompt, then only the tokens past its
+    # size in batches (one token a step when nothing is accepted, too few for any n-gram), and the demo target's
+    # continuations repeat no n-gram of their prompts; the port must draft nothing either
+    assert got == [(r["draft_n"], r["draft_n_accepted"]) for r in served]
+
+
+def test_ngram_cache_rules_are_llama_cpps() -> None:
+    cache = _ngram.NgramCache()
+    history = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4]
+    # the longest n-gram with a clear majority wins at each step: (1, 2, 3, 4) -> 1, ..., (4, 1, 2, 3) -> 5
+    assert cache.draft(history[:-1], history[-1]) == [1, 2, 3, 5, 1, 2, 3, 4]
+    assert cache.cache_size == len(history)
+    # one new token: no n-gram inside it, so the cache learns nothing (as llama.cpp's update of the new tokens)
+    assert cache.draft(history, 9) == []
+    assert cache.draft([*history, 9], 9) == []
+    assert _ngram.NgramCache().draft([], 7) == []  # fewer than two tokens: nothing
+
+
+def test_ngram_cache_tie_goes_to_the_token_seen_later() -> None:
+    cache = _ngram.NgramCache()
+    # (7, 8) was followed by 1 then by 2: 50 % each passes the 2-gram's lax threshold; libstdc++ lists 2 first
+    assert cache.draft([7, 8, 1, 7, 8, 2, 5, 7], 8)[:1] == [2]
+
+
+def test_ngram_cache_with_cache_files_is_not_screened() -> None:
+    plan = _screen.candidate_plan({"name": "c", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-cache"},
+                                   "flags": ["--lookup-cache-static", "/srv/static.bin"]})
+    assert plan["screenable"] is False and "--lookup-cache-static" in plan["why"]
+    with pytest.raises(_screen.ScreenError, match="lookup-cache"):
+        _screen.ngram_proposer("ngram-cache", {"files": 1}, 8)
+
+
 def test_every_k_of_a_sweep_from_one_set_of_proposals() -> None:
     # a drafter whose greedy continuation is always the target's next 2 tokens, then wrong ones
     target = list(range(100, 140))
@@ -81,7 +154,7 @@ def test_draft_model_stopping_rules_and_caching() -> None:
 @pytest.mark.parametrize("env, why", [
     ({"LLAMA_ARG_SPEC_TYPE": "draft-eagle3"}, "hidden states"),
     ({"LLAMA_ARG_SPEC_TYPE": "draft-mtp"}, "hidden states"),
-    ({"LLAMA_ARG_SPEC_TYPE": "ngram-cache"}, "not ported"),
+    ({"LLAMA_ARG_SPEC_TYPE": "ngram-map-k,ngram-mod"}, "chain"),
     ({"LLAMA_ARG_SPEC_TYPE": "ngram-mod,draft-simple"}, "chain"),
     ({"LLAMA_ARG_SPEC_TYPE": "draft-simple"}, "without a draft model"),
     ({}, "nothing to screen"),
