@@ -462,6 +462,26 @@ def _exe(proc: str, pid: int) -> str | None:
         return None
 
 
+def _is_script(path: Any) -> bool:
+    """Whether the kernel runs ``path`` through a ``#!`` interpreter (its process's cmdline and exe then name the
+    interpreter first)."""
+    try:
+        with open(str(path), "rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+def _runs_as(now: Sequence[str], want: Sequence[str]) -> bool:
+    """Whether a process whose cmdline is ``now`` runs the command line ``want``: the same words, or, for a script,
+    its interpreter (and the interpreter's one argument) in front of them."""
+    now, want = list(now), list(want)
+    if now == want:
+        return True
+    return bool(want) and len(now) in (len(want) + 1, len(want) + 2) and now[len(now) - len(want):] == want \
+        and _is_script(want[0])
+
+
 def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, Any]:
     """What a restart of the unit would start that its running process does not run: the command line, the
     environment, the server's binary (a build switched or replaced on disk) and unit files systemd has not loaded
@@ -487,7 +507,7 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
                       "(NeedDaemonReload=yes)"})
     now = running.get("argv")
     want = _expected_running_argv(live)
-    if now is not None and want is not None and list(now) != want:
+    if now is not None and want is not None and not _runs_as(now, want):
         diffs.append({"what": "command line", "detail": f"running `{' '.join(now)[:300]}`, next start "
                       f"`{' '.join(want)[:300]}` ({live.get('exec_start_source')})"})
     environ = ProcView(proc).environ(pid)
@@ -500,7 +520,7 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
                           f"next start {_shown(name, unit_env.get(name))}"})
     program = (want or [None])[0] if live.get("kind") in ("direct", "launcher") else None
     exe = _exe(proc, pid)
-    if program and exe and os.path.isabs(program) and (want is not None):
+    if program and exe and os.path.isabs(program) and (want is not None) and not _is_script(program):
         if exe.endswith(" (deleted)"):
             diffs.append({"what": "build", "detail": f"the running binary {exe[:-10]} was replaced or removed on disk "
                           "since it started"})

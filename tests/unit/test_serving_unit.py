@@ -242,6 +242,23 @@ def test_unreloaded_files_a_changed_command_line_and_a_switched_build_are_each_n
     assert [d["what"] for d in got["differences"]] == ["build"] and "replaced or removed" in got["differences"][0]["detail"]
 
 
+def test_a_script_server_runs_under_its_interpreter_and_is_not_a_pending_change(tmp_path: Path) -> None:
+    # ExecStart= names a #! script: the kernel's cmdline and exe name the interpreter first
+    script = tmp_path / "llama-server"
+    script.write_text("#!/usr/bin/python3\n")
+    _process(tmp_path, 42, ["/usr/bin/python3", str(script), "-m", "/a"], {}, exe="/usr/bin/python3.11")
+    assert pending(tmp_path, FakeSystemd(tmp_path, f"[Service]\nExecStart={script} -m /a\n", pid=42))["differences"] == []
+    got = pending(tmp_path, FakeSystemd(tmp_path, f"[Service]\nExecStart={script} -m /b\n", pid=42))
+    assert [d["what"] for d in got["differences"]] == ["command line"]
+    # a binary (no #!) is still held to the exact words
+    (tmp_path / "elf").mkdir()
+    binary = tmp_path / "elf" / "llama-server"
+    binary.write_bytes(b"\x7fELF")
+    _process(tmp_path, 43, ["/usr/bin/python3", str(binary), "-m", "/a"], {}, exe=str(binary))
+    got = pending(tmp_path, FakeSystemd(tmp_path, f"[Service]\nExecStart={binary} -m /a\n", pid=43))
+    assert [d["what"] for d in got["differences"]] == ["command line"]
+
+
 def test_nothing_to_compare_for_a_stopped_unit_or_a_live_candidate(tmp_path: Path) -> None:
     text = f"[Service]\nExecStart={LLAMA} -m /a\n"
     stopped = pending(tmp_path, FakeSystemd(tmp_path, text, pid=0, active="inactive"))
