@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The screen against the full sweep, side by side on the real llama-server: what spec_screen predicts from
 production alone (no restart) and what a server with each config loaded really does.
 
