@@ -282,10 +282,13 @@ def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit |
     se, df_of = dict(pooled), {n: float(df) for n in pooled}
     for n in pooled:
         a, b = spread[baseline], spread[n]
-        if s is None or a is None or b is None:
+        # each config's own variance is identifiable only with three configs or more (Shukla): with two, a round's
+        # two residuals are each other's negatives, the pair's error is the pooled one, and a rounding difference
+        # must not swap the pooled df for one degree of freedom
+        if s is None or a is None or b is None or len(names) < 3:
             continue
         het = math.sqrt(var[n] / 2.0 * (a * a + b * b))
-        if het > pooled[n]:  # unequal noise: the pair's own variances, with Welch-Satterthwaite's df
+        if het > pooled[n] * (1.0 + 1e-9):  # unequal noise: the pair's own variances, with Welch-Satterthwaite's df
             se[n] = het
             df_of[n] = min(float(df), share[baseline], share[n])
     return Fit(estimate, se, corr, s, df, rounds, len(blocks), spread, pooled, df_of)

@@ -285,3 +285,17 @@ def test_a_baseline_three_times_noisier_keeps_the_family_wise_false_win_near_alp
         result = ds.sequential(cells, "baseline", names[1:], max_rounds=5)
         false_wins += any(v["verdict"] == ds.WIN for v in result["verdicts"].values())
     assert false_wins / runs <= 0.075
+
+
+def test_two_configs_keep_the_pooled_degrees_of_freedom():
+    # with two configs a round's two residuals are each other's negatives: the per-config variances are not
+    # identifiable, the pair's error is the pooled one, and a rounding difference must not drop the df to 1 (a
+    # real 3x win on the win bed read "2.98x [0.01, 954.81]" at three rounds)
+    rng = random.Random(7)
+    for _trial in range(50):
+        cells = {"baseline": {r: rng.gauss(0, 0.08) for r in range(3)}}
+        cells["draft"] = {r: math.log(3.0) + rng.gauss(0, 0.08) for r in range(3)}
+        fit = ds.fit_blocks(cells, "baseline")
+        assert fit.df_of["draft"] == fit.df == 2 and fit.se["draft"] == fit.pooled_se["draft"]
+        row = ds.comparison(fit, "draft", ds.dunnett_c(1, fit.df, 0.05))
+        assert row["high"] / row["low"] < 20
