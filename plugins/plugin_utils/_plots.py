@@ -150,9 +150,9 @@ def verdicts_forest(document: Mapping[str, Any]) -> Any:
     status_of = {n: j["configs"][n]["status"] for n in j["configs"]}
     _forest(ax, rows, float(conf.get("margin") or 0.0), conf.get("min_speedup"), status_of)
     weights = ", ".join(f"{s} {w:.0%}" for s, w in sorted((conf.get("weights") or {}).items()))
-    ax.set_xlabel(f"speedup against {j['baseline']!r} ({conf.get('endpoint')} tok/s; log axis; "
-                  f"{1 - float(conf.get('alpha') or 0.05):.0%} simultaneous intervals; |: smallest findable, "
-                  "an estimate)", fontsize=8)
+    ax.set_xlabel(f"speedup against {j['baseline']!r} ({conf.get('endpoint')} tok/s; log axis; simultaneous "
+                  f"intervals, family-wise {float(conf.get('alpha') or 0.05):.0%} over candidates and looks; "
+                  "|: smallest findable, an estimate)", fontsize=8)
     ax.set_title(f"{document['host']}, run {document['run_id']}: confirmatory verdicts\n"
                  f"endpoint {conf.get('endpoint')} over {weights} ({conf.get('weights_from')})", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28 if len(rows) < 4 else -0.12), ncol=2,
