@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import calendar_spec
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
+    SCRIPT_NO_REDIRECT,
+    SCRIPT_PUT_BACK,
+    calendar_spec,
+)
 
 # ------------------------------------------------------------------ the dead-man script
 
@@ -28,25 +32,10 @@ META = {meta!r}
 SCRIPT = {script!r}
 
 
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None  # health is the answer of the server asked: a redirect is not health
+{no_redirect}
 
 
-def put_back(path, text, mode):
-    # atomically, through a temp name nobody can guess, with its final mode from its first byte
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+{put_back}
 
 
 def say(message):
@@ -122,7 +111,7 @@ if __name__ == "__main__":
 
 def render_rollback_script(paths: Any, python: str) -> str:
     return _ROLLBACK_SCRIPT.format(python=python, timer=paths.timer, current=paths.current, meta=paths.meta,
-                                   script=paths.script)
+                                   script=paths.script, no_redirect=SCRIPT_NO_REDIRECT, put_back=SCRIPT_PUT_BACK)
 
 
 def timer_command(paths: Any, deadline_epoch: float, python: str, health_timeout: int) -> List[str]:

@@ -128,6 +128,28 @@ def journal_tail(unit: str, lines: Sequence[str], count: int = 15) -> str:
 
 # ------------------------------------------------------------------ the dead-man script and timer
 
+# The few lines every standalone dead-man script carries (this one, unit_deploy's and the build switch's): they run
+# with the collection gone, so they cannot import; each template splices these in. No braces: they pass through
+# str.format as values.
+SCRIPT_NO_REDIRECT = '''class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # health is the answer of the server asked: a redirect is not health'''
+
+SCRIPT_PUT_BACK = '''def put_back(path, text, mode):
+    # atomically, through a temp name nobody can guess, with its final mode from its first byte
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise'''
+
 # The script runs standalone under systemd, from /run, with the controller and this collection gone: so it
 # keeps its own few lines of urllib for /health instead of calling _http (the collection's one HTTP client).
 _ROLLBACK_SCRIPT = r'''#!{python}
@@ -157,11 +179,7 @@ def remove(path):
         return False
 
 
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
+{no_redirect}
 
 
 def healthy(pid_before):
@@ -225,7 +243,8 @@ def render_rollback_script(paths: OverridePaths, python: str, url: str, health_t
         "script": paths.script, "meta": paths.meta, "state_dir": paths.state_dir,
         "url": url, "health_timeout": int(health_timeout),
     }, sort_keys=True)
-    return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config)
+    return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config,
+                                   no_redirect=SCRIPT_NO_REDIRECT)
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"

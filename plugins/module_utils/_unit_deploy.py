@@ -45,6 +45,8 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import environment_files, read_text
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
+    SCRIPT_NO_REDIRECT,
+    SCRIPT_PUT_BACK,
     STATE_DIR_NAME,
     UnitOverrideError,
     calendar_spec,
@@ -132,28 +134,10 @@ META = {meta!r}
 SCRIPT = {script!r}
 
 
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Health is the answer of the server asked: a redirect is not health, and is not followed."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
+{no_redirect}
 
 
-def put_back(path, text, mode):
-    """The previous file again, atomically, through a temp name nobody can guess that has its final mode from its
-    first byte (an env file may hold tokens: never world-readable, not even for a moment)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or "/", prefix="." + os.path.basename(path) + ".")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+{put_back}
 
 
 def say(message):
@@ -220,7 +204,7 @@ if __name__ == "__main__":
 
 def render_rollback_script(paths: DeployPaths, python: str) -> str:
     return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, meta=paths.meta,
-                                   script=paths.script)
+                                   script=paths.script, no_redirect=SCRIPT_NO_REDIRECT, put_back=SCRIPT_PUT_BACK)
 
 
 def timer_command(paths: DeployPaths, deadline_epoch: float, python: str, health_timeout: int) -> List[str]:
