@@ -414,6 +414,10 @@ def candidate_plan(candidate: Mapping[str, Any]) -> Dict[str, Any]:
                                           "llama-server would serve without speculation")
     elif chain[0] not in ("draft-simple", *_ngram.PORTED):
         plan.update(screenable=False, why=f"{chain[0]} is not a spec type the screen knows")
+    elif chain == ["draft-simple"] and candidate.get("fits") is False:
+        plan.update(screenable=False, why=f"candidate {name}: kv_budget says its drafter does not fit beside "
+                                          "production on its device, so the screen starts no side server for it; "
+                                          "give the drafter a device with room, or a smaller context or draft")
     return plan
 
 
@@ -469,8 +473,15 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                llama_server: str | None = None, drafter_port: int = 0, drafter_threads: int = 1,
                drafter_ctx: int = 4096, drafter_runtime_max: int = 900, drafter_launch: str = "systemd",
                shapes: Any = None, prompts_per_shape: int = 2, sizes: Mapping[str, Any] | None = None,
-               seed: int = 0, timeout: int = 600) -> Dict[str, Any]:
-    """The screen of ``candidates`` against production at ``endpoint`` (spec_screen's ``screen``)."""
+               seed: int = 0, timeout: int = 600, candidate_errors: str = "fail") -> Dict[str, Any]:
+    """The screen of ``candidates`` against production at ``endpoint`` (spec_screen's ``screen``).
+
+    A candidate that cannot be screened (its draft missing or of another vocabulary, its side server's port taken,
+    its drafter not answering) raises ScreenError naming it; with ``candidate_errors="report"`` it is reported
+    instead (``screenable: false``, ``error``) and the other candidates are screened. Production not answering
+    always raises."""
+    if candidate_errors not in ("fail", "report"):
+        raise ScreenError(f"candidate_errors: {candidate_errors!r} is not fail or report")
     from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import plan_requests
 
     plans = [candidate_plan(c) for c in candidates or []]
@@ -505,9 +516,15 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         if not plan["screenable"]:
             continue
         if plan["chain"] == ["draft-simple"]:
-            replays, d_s, prefill, notes = _screen_draft(plan, conts, props, llama_server, drafter_port,
-                                                         drafter_threads, drafter_ctx, drafter_runtime_max,
-                                                         drafter_launch, timeout)
+            try:
+                replays, d_s, prefill, notes = _screen_draft(plan, conts, props, llama_server, drafter_port,
+                                                             drafter_threads, drafter_ctx, drafter_runtime_max,
+                                                             drafter_launch, timeout)
+            except ScreenError as exc:  # this candidate only: the others are screened, production is untouched
+                if candidate_errors == "fail":
+                    raise
+                row.update(screenable=False, error=str(exc), why=f"the screen failed for it: {exc}")
+                continue
             row["notes"] = notes
         else:
             kind = plan["chain"][0]

@@ -41,6 +41,8 @@ options:
         C(LLAMA_ARG_SPEC_DRAFT_N_MIN)), optional C(flags) (for example C(--spec-ngram-mod-n-match 24)) and optional
         C(ks), the depths to predict (a sweep; default 1, 2, 3, 4, 6, 8 and the config's own depth; for an n-gram
         proposer its own maximum draft).
+      - Optional C(fits), what M(llmfleet.specdec.kv_budget) said of the config beside production; V(false) makes
+        a draft model C(screenable=false) with that reason, and no side server is started for it.
     type: list
     elements: dict
     required: true
@@ -89,6 +91,16 @@ options:
     description: Seconds one request may take.
     type: int
     default: 600
+  candidate_errors:
+    description:
+      - What a candidate that cannot be screened does (its draft missing or of another vocabulary, its side
+        server's port taken, its drafter not answering).
+      - V(fail) fails the task with a message that names the candidate and the fix.
+      - V(report) reports it (C(screenable=false), C(error), C(why)) and screens the others; role spec_ab uses
+        this, and sends such a candidate to the rounds. Production not answering fails the task either way.
+    type: str
+    choices: [fail, report]
+    default: fail
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
   - llmfleet.specdec.attributes.read_only
@@ -163,6 +175,7 @@ ARGUMENT_SPEC = dict(
     sizes=dict(type="dict"),
     seed=dict(type="int", default=0),
     timeout=dict(type="int", default=600),
+    candidate_errors=dict(type="str", choices=["fail", "report"], default="fail"),
 )
 
 

@@ -5,8 +5,8 @@
 """- ``serving_unit | llmfleet.specdec.internal('screen_binary')``: the llama-server binary production's unit runs
   (directly or through the collection's launcher), for the drafter's side server; None when the screen cannot say
   (a container, vLLM).
-- ``configs | llmfleet.specdec.internal('screen_candidates', baseline)``: the configs spec_screen takes, each at its
-  own depth.
+- ``configs | llmfleet.specdec.internal('screen_candidates', baseline, preflight_results)``: the configs spec_screen
+  takes, each at its own depth, with the preflight's KV fit.
 - ``screen | llmfleet.specdec.internal('screen_select', configs, baseline, min_speedup, rounds)``: which configs the
   rounds measure and which are SCREENED OUT, with the restarts that saves.
 
@@ -37,9 +37,12 @@ def screen_binary(unit: Any) -> str | None:
     return argv[at] if 0 <= at < len(argv) else None
 
 
-def screen_candidates(configs: Any, baseline: str) -> list[dict[str, Any]]:
+def screen_candidates(configs: Any, baseline: str, preflight: Any = None) -> list[dict[str, Any]]:
+    """Each candidate as spec_screen takes it; with the preflight's results, its KV fit beside production
+    (``fits``: a drafter kv_budget says does not fit is never started as a side server)."""
     if not isinstance(configs, list):
         raise AnsibleFilterError("screen_candidates: give the run's configs (a list)")
+    fits = {r.get("name"): r.get("fits") for r in preflight or [] if isinstance(r, dict)}
     out = []
     for config in configs:
         if config.get("name") == baseline:
@@ -48,6 +51,8 @@ def screen_candidates(configs: Any, baseline: str) -> list[dict[str, Any]]:
         depth = next((item["env"][v] for v in _DEPTH_VARS if item["env"].get(v) not in (None, "")), None)
         if depth is not None:
             item["ks"] = [int(depth)]
+        if fits.get(config["name"]) is False:
+            item["fits"] = False
         out.append(item)
     return out
 

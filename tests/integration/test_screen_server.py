@@ -145,4 +145,12 @@ def test_bad_candidates_are_named_and_production_untouched(production, standard_
                            drafter_port=server.port, shapes=["prose"], sizes=SIZES)
     with pytest.raises(SpecdecError, match="does not answer /health"):
         _screen.run_screen(f"http://127.0.0.1:{_screen.free_port()}", [taken], shapes=["prose"], sizes=SIZES)
+    # as the A/B runs it: the bad candidate is reported, the others screened
+    ngram = {"name": "ngram", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, "flags": NGRAM_FLAGS}
+    screen = _screen.run_screen(server.url, [other, ngram], llama_server=llama_server_bin, drafter_launch="process",
+                                shapes=["prose"], sizes=SIZES, candidate_errors="report")
+    bad = screen["candidates"]["other-vocab"]
+    assert bad["screenable"] is False and "does not share production's vocabulary" in bad["error"]
+    assert bad["why"].startswith("the screen failed for it: candidate other-vocab")
+    assert screen["candidates"]["ngram"]["screenable"] is True and screen["candidates"]["ngram"]["best_k"] == 16
     assert server.pid == pid and server.returncode is None

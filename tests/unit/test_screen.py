@@ -164,6 +164,21 @@ def test_what_cannot_be_screened_says_why(env: dict, why: str) -> None:
     assert plan["screenable"] is False and why in plan["why"]
 
 
+def test_a_drafter_that_does_not_fit_beside_production_gets_no_side_server() -> None:
+    env = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}
+    plan = _screen.candidate_plan({"name": "big", "env": env, "fits": False})
+    assert plan["screenable"] is False and "candidate big: kv_budget" in plan["why"] and "does not fit" in plan["why"]
+    assert _screen.candidate_plan({"name": "ok", "env": env, "fits": True})["screenable"] is True
+    assert _screen.candidate_plan({"name": "ok", "env": env})["screenable"] is True  # unknown fit: screened
+    # an n-gram proposer needs no side server: its fit is the A/B's question, not the screen's
+    assert _screen.candidate_plan({"name": "n", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}, "fits": False})["screenable"]
+
+
+def test_candidate_errors_takes_fail_or_report() -> None:
+    with pytest.raises(_screen.ScreenError, match="candidate_errors: 'skip' is not fail or report"):
+        _screen.run_screen("http://127.0.0.1:9", [{"name": "a"}], candidate_errors="skip")
+
+
 def test_the_ngram_mod_hash_is_llama_cpps() -> None:
     mod = _ngram.NgramMod(n_match=2, n_max=4, n_min=1)
     # res = (0 * LCG + 5) * LCG + 7 mod 2^64, then mod the table's size

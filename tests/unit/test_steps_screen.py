@@ -39,6 +39,13 @@ def test_the_configs_go_to_the_screen_at_their_own_depth() -> None:
         ss.screen_candidates("nope", "baseline")
 
 
+def test_the_preflights_kv_fit_goes_to_the_screen() -> None:
+    preflight = [{"name": "d@n=2", "fits": False}, {"name": "d@n=4", "fits": True}, {"name": "slow", "fits": None}]
+    got = {c["name"]: c for c in ss.screen_candidates(CONFIGS, "baseline", preflight)}
+    assert got["d@n=2"]["fits"] is False
+    assert "fits" not in got["d@n=4"] and "fits" not in got["slow"] and "fits" not in got["mtp"]
+
+
 @pytest.mark.parametrize("unit, binary", [
     ({"kind": "launcher", "engine": "llamacpp", "launcher": "/usr/local/libexec/x/llamacpp-serve-exec",
       "argv": ["/usr/bin/python3", "/usr/local/libexec/x/llamacpp-serve-exec", "/opt/llama.cpp/current/bin/llama-server"]},
