@@ -57,7 +57,7 @@ STEPS: dict[str, Any] = {
     "exec_promotion": _steps_units.exec_promotion, "exec_watch": _steps_units.exec_watch,
     "exec_start_line": _steps_units.exec_start_line, "unit_path": _steps_units.unit_path,
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
-    "screen_select": _steps_screen.screen_select,
+    "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
 }
 

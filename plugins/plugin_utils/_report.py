@@ -240,6 +240,11 @@ def _screen_lines(env: Mapping[str, Any]) -> list[str]:
         lines.append(f"| {row['name']} | not screened | - | - | - | {row['why']} |")
     lines += ["", f"Production restarts saved: {decision.get('restarts_saved', 0)}. A screened-out config has no verdict: "
               "the screen only chooses which candidates the rounds measure."]
+    first = [str(line) for line in decision.get("first") or []]
+    if first:
+        lines += ["", "Per candidate, before any restart (does the target already speculate, the break-even acceptance "
+                  "against the incumbent, the acceptance measured on production and the predicted rate, the fit, what "
+                  "settles it):", "", "```text", *first, "```"]
     return lines
 
 

@@ -49,8 +49,12 @@ def _worth(result: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
     band = (b.get("realistic") or {}).get("verdict")
     if not rows:
         return band or "?", b
-    p = rows[0].get("breakeven_p")
-    return f"{band or '?'} (break-even p {'none' if p is None else f'{p:.2f}'} at K={rows[0].get('k')})", b
+    item = result.get("item")
+    lint = item[1] if isinstance(item, (list, tuple)) and len(item) > 1 and isinstance(item[1], dict) else {}
+    k = str((lint.get("config") or {}).get("draft_n_max") or 3)
+    row = next((r for r in rows if str(r.get("k")) == k), rows[0])  # the config's own depth (K = 1, 3, 7 beside it)
+    p = row.get("breakeven_p")
+    return f"{band or '?'} (break-even p {'none' if p is None else f'{p:.2f}'} at K={row.get('k')})", b
 
 
 def _judging(config: dict[str, Any], rendered: dict[str, Any] | None, reference_env: dict[str, Any] | None,

@@ -9,6 +9,10 @@
   takes, each at its own depth, with the preflight's KV fit.
 - ``screen | llmfleet.specdec.internal('screen_select', configs, baseline, min_speedup, rounds)``: which configs the
   rounds measure and which are SCREENED OUT, with the restarts that saves.
+- ``preflight_results | llmfleet.specdec.internal('first_lines', decision, rounds)``: per speculative candidate, what
+  the preflight and the screen say, in the field notes' order (does the target already speculate, the break-even
+  acceptance at K = 1, 3, 7 against the incumbent, the measured acceptance and the predicted rate, the fit, the one
+  measurement that settles it).
 
 Why choosing the family this way keeps the confirmatory error rate: the screen reads production alone, never a
 candidate's measured rate, so which candidates enter the family is decided before, and independently of, the
@@ -106,3 +110,74 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
             out["keep"].append(name)
     out["restarts_saved"] = len(out["screened_out"]) * int(rounds)
     return out
+
+
+def _fit_text(row: dict[str, Any]) -> str:
+    fits = row.get("fits")
+    mib = row.get("kv_bytes")
+    size = "" if mib is None else f" ({mib / 1048576:.1f} MiB of KV)"
+    if row.get("kv_error"):
+        return f"not sized ({str(row['kv_error'])[:80]})"
+    return {True: "fits beside the weights", False: "DOES NOT FIT", None: "unknown (no device memory given)"}[fits] + size
+
+
+def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[str]:
+    """The answer first, per speculative candidate of the preflight, in the field notes' order. ``decision`` is
+    screen_select's result (with ``screen``) where the screen ran; ``rounds`` the A/B's spec_ab_max_rounds."""
+    if not isinstance(results, list):
+        raise AnsibleFilterError("first_lines: give the preflight's results (a list)")
+    decision = decision if isinstance(decision, dict) else {}
+    screen = decision.get("screen") or {}
+    found = screen.get("candidates") or {}
+    out_names = {r.get("name"): r for r in decision.get("screened_out") or []}
+    production = screen.get("production") or {}
+    lines: list[str] = []
+    for row in results:
+        if not isinstance(row, dict) or not row.get("legal") or not row.get("effective_chain"):
+            continue
+        name = row.get("name")
+        be = row.get("breakeven") or {}
+        inc = be.get("incumbent") or {}
+        if inc.get("speculates") is None:
+            first = "1. does the target already speculate: unknown (no endpoint or counters to read)"
+        elif inc["speculates"]:
+            first = (f"1. the target already speculates: {inc.get('commit_per_round', 0):.2f} tokens a round "
+                     f"({inc.get('commit_source')}): the candidate must beat that, not plain decoding")
+        else:
+            first = f"1. the target does not speculate ({inc.get('commit_source')}): the incumbent is plain decoding"
+        if inc.get("rate") is not None:
+            first += f"; incumbent {float(inc['rate']):.1f} tok/s ({inc.get('rate_source')})"
+        rows = be.get("breakeven") or []
+        if rows:
+            second = "2. break-even acceptance against the incumbent: " + ", ".join(
+                f"K={r['k']} p={'impossible' if r.get('breakeven_p') is None else format(r['breakeven_p'], '.2f')}"
+                for r in rows)
+        else:
+            second = ("2. break-even acceptance: not computed (give specdec_breakeven t_s and d_s, or let the A/B's "
+                      "screen time production)")
+        cand = found.get(name) or {}
+        if cand.get("screenable") and cand.get("k"):
+            k = str(cand.get("best_k"))
+            best = cand["k"][k]
+            rate = float(production.get("tok_s") or 0.0)
+            ratio = f", {best['predicted_tok_s'] / rate:.2f}x production" if rate > 0 else ""
+            per_pos = ", ".join(format(a, ".2f") for a in best.get("accept_per_pos") or [])
+            third = (f"3. measured on production with no restart: mean accepted length "
+                     f"{best['mean_accepted_len']:.2f} at K={k} (acceptance by position {per_pos}); "
+                     f"predicted {best['predicted_tok_s']:.1f} tok/s [{best['low']:.1f}, {best['high']:.1f}]{ratio}")
+        elif cand:
+            third = f"3. acceptance not measured before the A/B: {cand.get('why')}"
+        else:
+            real = be.get("realistic") or {}
+            third = ("3. acceptance not measured yet (the A/B's screen measures it on production with no restart)"
+                     + (f"; the honest band p={real['band'][0]:g}-{real['band'][-1]:g} says "
+                        f"{str(real.get('verdict')).upper()}" if real.get("band") else ""))
+        fourth = "4. fit: " + _fit_text(row)
+        if name in out_names:
+            fifth = f"5. settled without a restart: SCREENED OUT ({out_names[name]['why']})"
+        else:
+            n = int(rounds) if str(rounds or "").isdigit() else None
+            fifth = ("5. what settles it: the confirming A/B on the production unit"
+                     + (f" (up to {n} restarts for this candidate)" if n else ""))
+        lines += [f"{name}:", "  " + first, "  " + second, "  " + third, "  " + fourth, "  " + fifth]
+    return lines

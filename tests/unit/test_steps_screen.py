@@ -58,3 +58,39 @@ def test_the_preflights_kv_fit_goes_to_the_screen() -> None:
 ])
 def test_the_drafter_runs_productions_own_binary(unit: dict, binary: str | None) -> None:
     assert ss.screen_binary(unit) == binary
+
+
+def test_the_answer_comes_first_in_the_field_notes_order() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
+
+    report = be.assess(t_s=40.0, d_s=5.0, incumbent_rate=25.0, ks=[1, 3, 7], drafter="draft-simple")
+    results = [{"name": "baseline", "legal": True, "effective_chain": []},
+               {"name": "d", "legal": True, "effective_chain": ["draft-simple"], "fits": True, "kv_bytes": 2 * 1048576,
+                "breakeven": report},
+               {"name": "slow", "legal": True, "effective_chain": ["ngram-mod"], "fits": False, "breakeven": {}},
+               {"name": "mtp", "legal": True, "effective_chain": ["draft-mtp"], "fits": None},
+               {"name": "bad", "legal": False, "effective_chain": ["draft-simple"]}]
+    row = _row(60.0, 50.0, 70.0, k=3, length=2.5)
+    row["k"]["3"]["accept_per_pos"] = [0.8, 0.6, 0.4]
+    decision = {"screen": {"production": {"tok_s": 30.0},
+                           "candidates": {"d": row, "mtp": {"screenable": False, "why": "reads the hidden states"},
+                                          "slow": _row(20.0, 18.0, 22.0, k=16)}},
+                "screened_out": [{"name": "slow", "why": "its upper bound is below spec_ab_min_speedup"}]}
+    lines = ss.first_lines(results, decision, 5)
+    assert [line for line in lines if not line.startswith("  ")] == ["d:", "slow:", "mtp:"]  # speculative, legal
+    d = lines[1:6]
+    assert [line.strip()[:2] for line in d] == ["1.", "2.", "3.", "4.", "5."]
+    assert "incumbent 25.0 tok/s" in d[0]
+    assert "K=1 p=" in d[1] and "K=3 p=" in d[1] and "K=7 p=" in d[1]
+    assert "mean accepted length 2.50 at K=3" in d[2] and "0.80, 0.60, 0.40" in d[2] and "2.00x production" in d[2]
+    assert d[3] == "  4. fit: fits beside the weights (2.0 MiB of KV)"
+    assert d[4] == "  5. what settles it: the confirming A/B on the production unit (up to 5 restarts for this candidate)"
+    slow = lines[7:12]
+    assert "not computed" in slow[1] and "DOES NOT FIT" in slow[3] and "SCREENED OUT" in slow[4]
+    assert "reads the hidden states" in lines[15] and "unknown" in lines[16]
+    # the preflight alone (no screen): the acceptance is said to be unmeasured, with the honest band's word
+    alone = ss.first_lines(results)
+    assert "acceptance not measured yet" in alone[3] and "honest band" in alone[3]
+    assert alone[5] == "  5. what settles it: the confirming A/B on the production unit"
+    with pytest.raises(AnsibleFilterError):
+        ss.first_lines("nope")
