@@ -34,7 +34,12 @@ def run_preflight(cache: Path, *extra: str) -> tuple[dict, str]:
     results = out["global_custom_stats"]["specdec_preflight"]["specdec-demo"]
     table = next(t for play in out["plays"] for t in play["tasks"] if t["task"]["name"].endswith("preflight table"))
     lines = table["hosts"]["specdec-demo"]["msg"]
+    first = [t for play in out["plays"] for t in play["tasks"] if "The answer first" in t["task"]["name"]]
+    FIRST[:] = first[0]["hosts"]["specdec-demo"]["msg"] if first and "msg" in first[0]["hosts"]["specdec-demo"] else []
     return {r["name"]: r for r in results}, "\n".join(lines)
+
+
+FIRST: list[str] = []  # the "answer first" lines of the last run_preflight
 
 
 def _configs_file(where: Path, *names: str) -> Path:
@@ -62,6 +67,14 @@ def preflight(demo_cache: Path) -> tuple[dict, str, Path]:
 
 def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> None:
     results, table, _dummy = preflight
+    first = list(FIRST)
+    # the answer first, per speculative candidate, in the field notes' order (before the table)
+    at = first.index("draft-n7:")
+    assert [line.strip()[:2] for line in first[at + 1:at + 6]] == ["1.", "2.", "3.", "4.", "5."]
+    assert "K=1 p=" in first[at + 2] and "K=3 p=" in first[at + 2] and "K=7 p=" in first[at + 2]
+    assert first[at + 4].startswith("  4. fit: fits beside the weights")
+    assert "the confirming A/B" in first[at + 5]
+    assert "baseline:" not in first and "mtp-old-name:" not in first
     assert table.splitlines()[0] == ("config | legal? | silently off? | fits? (KV) | worth it? | chain that runs | "
                                      "judged as | memory vs baseline")
     assert set(results) == {"baseline", "draft-n3", "draft-n7", "ngram-mod", "draft-n3+ngram-mod",
@@ -73,9 +86,9 @@ def test_table_answers_the_four_questions(preflight: tuple[dict, str, Path]) -> 
     assert all(r["fits"] is True for r in results.values())
     # a draft doubles nothing here but adds its own KV: 2 layers of the target's 4
     assert results["draft-n3"]["kv_bytes"] == results["baseline"]["kv_bytes"] * 3 // 2
-    # the depth reaches the arithmetic: K = 7 for draft-n7
-    assert results["draft-n7"]["breakeven"]["breakeven"][0]["k"] == 7
-    assert results["draft-n3"]["breakeven"]["breakeven"][0]["k"] == 3
+    # the field notes' depths K = 1, 3, 7 and the config's own reach the arithmetic; the table cell is the config's
+    assert [r["k"] for r in results["draft-n7"]["breakeven"]["breakeven"]] == [1, 3, 7]
+    assert "at K=7)" in results["draft-n7"]["worth"] and "at K=3)" in results["draft-n3"]["worth"]
     assert results["baseline"]["worth"] == "-"
 
 
