@@ -119,7 +119,7 @@ demo:
 	if [ -n "$$report" ]; then \
 	  echo; sed -n '/^## Confirmatory verdict/,/^## /p' $${report}report.md | sed '$$d'; \
 	  echo "A/B report: $${report}report.md"; \
-	  for png in verdicts_forest per_shape_forest tok_s_per_shape acceptance_by_position; do \
+	  for png in verdicts_forest screen_predicted_vs_measured per_shape_forest tok_s_per_shape acceptance_by_position; do \
 	    [ -f "$${report}$$png.png" ] && echo "picture: $${report}$$png.png"; done; \
 	fi; \
 	echo; $(PYTHON) tests/suite/stage_table.py $(DEMO_STAGES) "make demo" || rc=1; exit $$rc

@@ -16,6 +16,7 @@ FOREST_PNG = "verdicts_forest.png"
 SHAPES_FOREST_PNG = "per_shape_forest.png"
 TOK_S_PNG = "tok_s_per_shape.png"
 ACCEPTANCE_PNG = "acceptance_by_position.png"
+SCREEN_PNG = "screen_predicted_vs_measured.png"
 # A verdict's colour, the same in every picture.
 VERDICT_COLOURS = {"WIN": "#1a9641", "LOSS": "#d7191c", "EQUIVALENT": "#2c7bb6", "INCONCLUSIVE": "#e08214"}
 _MARKERS = "osD^vP*Xhp<>"
@@ -43,7 +44,8 @@ def figures(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             (SHAPES_FOREST_PNG, per_shape_forest, None),
             (TOK_S_PNG, tok_s_per_shape, "no decode rates in this run: no tok/s plot"),
             (ACCEPTANCE_PNG, acceptance_by_position,
-             "no per-position acceptance counters (/metrics deltas) in this run: no acceptance plot")):
+             "no per-position acceptance counters (/metrics deltas) in this run: no acceptance plot"),
+            (SCREEN_PNG, screen_predicted_vs_measured, None)):
         fig = draw(document)
         if fig is not None:
             drawn[name] = fig
@@ -288,5 +290,80 @@ def acceptance_by_position(document: Mapping[str, Any]) -> Any:
     ax.set_title(f"{document['host']}, run {document['run_id']}: acceptance by draft position", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def screen_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per screened candidate: the screen's predicted speedup of production with its interval, and, where the rounds
+    measured it, the confirmatory ratio with its simultaneous interval and verdict."""
+    env = document.get("environment") or {}
+    decision = env.get("screen") if isinstance(env.get("screen"), Mapping) else {}
+    rate = float(decision.get("production_tok_s") or 0.0)
+    found = (decision.get("screen") or {}).get("candidates") or {}
+    verdicts = ((document.get("judged") or {}).get("confirmatory") or {}).get("verdicts") or {}
+    out_names = {r["name"] for r in decision.get("screened_out") or []}
+    rows = []
+    for name, row in found.items():
+        if rate <= 0 or not row.get("screenable") or not row.get("k"):
+            continue
+        best = row["k"][str(row["best_k"])]
+        measured = verdicts.get(name) or {}
+        rows.append({"name": name, "k": row["best_k"], "predicted": best["predicted_tok_s"] / rate,
+                     "low": best["low"] / rate, "high": best["high"] / rate, "screened_out": name in out_names,
+                     "measured": measured.get("ratio"), "measured_low": measured.get("low"),
+                     "measured_high": measured.get("high"), "verdict": measured.get("verdict")})
+    return rows
+
+
+def screen_predicted_vs_measured(document: Mapping[str, Any]) -> Any:
+    """Where the screen ran: per candidate, its predicted speedup (hollow, gray interval) above what the rounds
+    measured (filled, the verdict's colour, the simultaneous interval); a screened-out candidate has only its
+    prediction."""
+    rows = screen_rows(document)
+    if not rows:
+        return None
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    conf = (document.get("judged") or {}).get("confirmatory") or {}
+    min_speedup = conf.get("min_speedup")
+    fig = _figure(9.0, 2.0 + 0.7 * len(rows))
+    ax = fig.add_subplot(1, 1, 1)
+    values = [1.0, *([float(min_speedup)] if min_speedup else [])]
+    for y, r in enumerate(reversed(rows)):
+        ax.hlines(y + 0.15, r["low"], r["high"], color="gray", linewidth=3.0, zorder=2)
+        ax.plot([r["predicted"]], [y + 0.15], marker="o", markersize=7, markerfacecolor="white",
+                markeredgecolor="black", zorder=3)
+        values += [r["low"], r["high"], r["predicted"]]
+        said = f"predicted {r['predicted']:.2f}x [{r['low']:.2f}, {r['high']:.2f}] at K={r['k']}"
+        if r["measured"]:
+            colour = VERDICT_COLOURS.get(r["verdict"] or "", "black")
+            if r["measured_low"] and r["measured_high"]:
+                ax.hlines(y - 0.15, r["measured_low"], r["measured_high"], color=colour, linewidth=3.0, zorder=2)
+                values += [r["measured_low"], r["measured_high"]]
+            ax.plot([r["measured"]], [y - 0.15], marker="o", markersize=7, color=colour, markeredgecolor="black",
+                    zorder=3)
+            values.append(r["measured"])
+            said += f"; measured {r['measured']:.2f}x {r['verdict'] or ''}"
+        else:
+            said += "; SCREENED OUT (no restart)" if r["screened_out"] else "; not measured"
+        ax.annotate(said, (1.0, y), xycoords=("axes fraction", "data"), xytext=(8, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1.0, zorder=1)
+    if min_speedup:
+        ax.axvline(float(min_speedup), color="dimgray", linewidth=0.8, linestyle=":", zorder=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["name"] for r in reversed(rows)], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xscale("log")
+    positive = [v for v in values if v and v > 0]
+    ax.set_xlim(min(positive) / 1.15, max(positive) * 1.15)
+    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(f"speedup of production (log axis). hollow: the screen's prediction (decode, no restart); filled: "
+                  f"the A/B's confirmatory ratio ({conf.get('endpoint') or '?'}); dotted: the planned speedup", fontsize=8)
+    ax.set_title(f"{document['host']}, run {document['run_id']}: the screen's prediction against the A/B", fontsize=9)
     fig.tight_layout()
     return fig

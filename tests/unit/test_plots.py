@@ -94,3 +94,27 @@ def test_acceptance_stops_at_each_configs_depth(document: dict, drawn: dict) -> 
 def test_the_pictures_are_the_same_bytes_for_the_same_run(document: dict) -> None:
     first, _notes = _plots.render(document)
     assert _plots.render(document)[0] == first and all(len(b) > 15_000 for b in first.values())
+
+
+def test_the_screens_prediction_is_drawn_beside_what_the_rounds_measured(document: dict) -> None:
+    conf = document["judged"]["confirmatory"]
+    measured = sorted(conf["verdicts"])[0]
+    rate = 100.0
+    screen = {"candidates": {measured: {"screenable": True, "best_k": 3, "k": {"3": {
+                  "predicted_tok_s": 140.0, "low": 120.0, "high": 165.0, "mean_accepted_len": 2.4}}},
+                             "out": {"screenable": True, "best_k": 2, "k": {"2": {
+                  "predicted_tok_s": 80.0, "low": 70.0, "high": 95.0, "mean_accepted_len": 1.3}}},
+                             "mtp": {"screenable": False, "why": "hidden states"}}}
+    doc = dict(document, environment=dict(document.get("environment") or {}, screen={
+        "production_tok_s": rate, "screen": screen, "screened_out": [{"name": "out", "why": "below"}]}))
+    assert _plots.figures(document)[0].keys().isdisjoint({_plots.SCREEN_PNG})  # no screen in the run: no picture
+    fig = _plots.figures(doc)[0][_plots.SCREEN_PNG]
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and sorted(t.get_text() for t in ax.get_yticklabels()) == sorted([measured, "out"])
+    r = conf["verdicts"][measured]
+    values = [0.7, 0.95, 1.2, 1.65, 1.0, r["ratio"], *(v for v in (r["low"], r["high"]) if v)]
+    low, high = ax.get_xlim()
+    assert low <= min(values) and max(values) <= high and low >= min(values) / 1.5 and high <= max(values) * 1.5
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("predicted 1.40x [1.20, 1.65] at K=3; measured") for t in texts)
+    assert any(t.startswith("predicted 0.80x [0.70, 0.95] at K=2; SCREENED OUT") for t in texts)
