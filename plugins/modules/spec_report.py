@@ -57,8 +57,8 @@ description:
     C(tok_s_per_shape.png) (rates with intervals at the run's pooled residual), C(acceptance_by_position.png)
     (up to each config's depth) and, where the screen ran, C(screen_predicted_vs_measured.png) (each screened
     candidate's predicted speedup beside what the rounds measured), and adds the run's line to
-    C(<results_dir>/<host>/history.jsonl) (replacing the line of an earlier report of the same run). Files whose bytes would not change are not
-    rewritten.
+    C(<results_dir>/<host>/history.jsonl) (replacing the line of an earlier report of the same run). Files
+    whose bytes would not change are not rewritten.
   - Without matplotlib on the controller the PNGs are skipped with a warning; the rest is written.
   - The per-host summary is also returned as job stats under O(stats_key), so AWX shows it.
 options:
