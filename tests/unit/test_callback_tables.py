@@ -41,6 +41,7 @@ def test_ansible_cfg_names_the_callback_and_no_setting_ansible_lacks() -> None:
     cfg.read(ROOT / "ansible.cfg")
     assert cfg["defaults"]["stdout_callback"] == "llmfleet.specdec.tables"
     assert "result_format" not in cfg["defaults"]  # not a setting: callback_result_format is
+    assert cfg["defaults"].getboolean("display_skipped_hosts") is False  # no banner for each skipped step
 
 
 def test_tables_print_as_plain_lines_and_other_results_as_ansibles_default(tmp_path: Path) -> None:
