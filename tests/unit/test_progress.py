@@ -26,8 +26,8 @@ def _follow(tmp_path: Path, playbook: str, **extra_env: str) -> subprocess.Compl
 
 def test_background_build_and_install_print_progress_until_they_end(tmp_path: Path) -> None:
     proc = _follow(tmp_path, "follow.yml")
-    build = re.findall(r'"msg": "fake-build on localhost, \d+ s: (building|ended); ([^"]*)"', proc.stdout)
-    install = re.findall(r'"msg": "vLLM test on localhost, \d+ s: (installing|ended); (\d+|\?) MB in the venv,\s+(\d+) packages"',
+    build = re.findall(r'=> fake-build on localhost, \d+ s: (building|ended); ([^"\n]*)', proc.stdout)
+    install = re.findall(r'=> vLLM test on localhost, \d+ s: (installing|ended); (\d+|\?) MB in the venv,\s+(\d+) packages',
                          proc.stdout)
     # progress while the work runs, then exactly one line saying it ended, with the log's last line
     assert len(build) >= 2 and [s for s, _dummy in build].count("ended") == 1 and build[-1][0] == "ended", build
@@ -43,7 +43,7 @@ def test_a_job_late_to_write_its_status_is_followed_to_its_end(tmp_path: Path) -
     starting on a busy host, not one that ended (the role used to report it ended, and the build failed)."""
     (tmp_path / "async").mkdir()
     proc = _follow(tmp_path, "follow_late.yml", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"))
-    build = re.findall(r'"msg": "late-build on localhost, (\d+) s: (building|ended); ([^"]*)"', proc.stdout)
+    build = re.findall(r'=> late-build on localhost, (\d+) s: (building|ended); ([^"\n]*)', proc.stdout)
     assert [state for _dummy, state, _dummy in build].count("ended") == 1 and build[-1][1:] == ("ended", "[ 100%] done"), build
     assert int(build[-1][0]) >= 8, build  # not before the status file said so
     assert "LATE-END rc=3 finished=" in proc.stdout

@@ -215,7 +215,9 @@ def test_spec_ab_preflight_tag_judges_and_leaves_the_host_as_it_was(tmp_path: Pa
     proc = subprocess.run([str(BIN / "ansible-playbook"), "spec-ab.yml", "-l", "specdec-demo", "--tags", "preflight",
                            "-e", "ansible_become=false", "-e", f"specdec_state_dir={state}",
                            "-e", f"spec_ab_results_dir={results}"],
-                          cwd=ROOT, env=dict(ENV, LLMFLEET_CACHE=str(tmp_path / "cache")), capture_output=True,
+                          cwd=ROOT, env=dict(ENV, LLMFLEET_CACHE=str(tmp_path / "cache"),
+                                             ANSIBLE_DISPLAY_SKIPPED_HOSTS="1"),  # the skipped restore is shown
+                          capture_output=True,
                           text=True, timeout=300, check=False)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]

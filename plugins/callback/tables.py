@@ -1,0 +1,64 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: tables
+type: stdout
+short_description: Ansible's default output, with the collection's tables printed as tables
+version_added: 0.2.0
+author: llmfleet maintainers (@llmfleet)
+description:
+  - Ansible's default stdout callback, except for one kind of result. A C(debug) task whose result is only a
+    message (a line, or a list of lines such as the preflight table, the dry run's plan or the verdicts) prints
+    that message as plain lines under the host, one list item a line, never wrapped, quoted or escaped.
+  - Every other result prints as the default callback prints it (with its C(result_format)).
+  - The repository's C(ansible.cfg) sets it with C(stdout_callback = llmfleet.specdec.tables); set
+    C(ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default) for Ansible's own output.
+extends_documentation_fragment:
+  - ansible.builtin.default_callback
+  - ansible.builtin.result_format_callback
+requirements:
+  - set as stdout in configuration
+"""
+
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+_DEBUG = frozenset(("debug", "ansible.builtin.debug", "ansible.legacy.debug"))
+
+
+def message_lines(result):
+    """The lines of a debug result that carries only its message, else None (the default output then)."""
+    shown = {k: v for k, v in result.items() if not k.startswith("_ansible") and k not in ("changed", "failed")}
+    if set(shown) != {"msg"} or result.get("changed") or result.get("failed"):
+        return None
+    msg = shown["msg"]
+    if isinstance(msg, str):
+        return msg.splitlines() or [""]
+    if isinstance(msg, (list, tuple)) and all(isinstance(line, (str, int, float)) for line in msg):
+        return [str(line) for line in msg]
+    return None
+
+
+class CallbackModule(DefaultCallback):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "stdout"
+    CALLBACK_NAME = "llmfleet.specdec.tables"
+
+    def v2_runner_on_ok(self, result):
+        task = getattr(result, "task", None) or result._task
+        data = getattr(result, "result", None)
+        data = data if isinstance(data, dict) else result._result
+        lines = message_lines(data) if task.action in _DEBUG and not task.loop else None
+        if lines is None or not self.get_option("display_ok_hosts"):
+            super().v2_runner_on_ok(result)
+            return
+        if self._last_task_banner != task._uuid:
+            self._print_task_banner(task)
+        host = self.host_label(result)
+        if len(lines) == 1:
+            self._display.display(f"ok: [{host}] => {lines[0]}")
+            return
+        self._display.display(f"ok: [{host}] =>")
+        for line in lines:
+            self._display.display(f"    {line}")
