@@ -244,7 +244,9 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                           f"{1.0 + design['win_margin']:.3f}x (1 + spec_ab_win_margin), too small to recommend or "
                           "promote")
         out["verdicts"][name] = row
-    out.update(active=result["active"], looks=result["looks"], final=result["final"],
+    # a smoke run decides nothing, so no look stops a candidate: each is measured in every round of its budget
+    active = ([] if result["final"] else list(candidates)) if design["smoke"] else result["active"]
+    out.update(active=active, looks=result["looks"], final=result["final"],
                rounds_measured=result["rounds_measured"])
     eligible = [n for n, r in out["verdicts"].items() if r["practical"] and configs[n]["status"] == "OK"
                 and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]

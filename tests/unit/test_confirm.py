@@ -225,6 +225,11 @@ def test_a_smoke_run_measures_and_reports_without_any_verdict():
         assert "**Smoke run, no verdict**" in rp.markdown(doc)
         assert any(line.startswith("confirmatory | warning | a smoke run") for line in rp.summary_lines(doc))
     assert run["design"]["smoke"] is True and row["ratio"] == pytest.approx(1.6, rel=0.05)
+    # no look stops a candidate of a smoke run: after 3 of 5 rounds every candidate is measured again
+    run["design"] = {"max_rounds": 5, "sequential": True, "smoke": True}
+    assert jd.judge(run, n_boot=100)["confirmatory"]["active"] == ["d"]
+    run["design"]["smoke"] = False
+    assert jd.judge(run, n_boot=100)["confirmatory"]["active"] == []  # the 1.6x is decided at that look
     # the same data without it: a WIN
     run["design"] = {"max_rounds": 3, "sequential": True}
     assert jd.judge(run, n_boot=100)["confirmatory"]["verdicts"]["d"]["verdict"] == "WIN"
