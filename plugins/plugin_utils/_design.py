@@ -57,8 +57,9 @@ METHOD = (
     "randomized complete block design on log rates (rounds are blocks, configs treatments, fitted by least "
     "squares over every measured cell; residual variance pooled across configs); each comparison's error the "
     "larger of the pooled one and the pair's own (Shukla's per-config variances), at Welch-Satterthwaite's df; "
-    "many-to-one comparisons against the baseline with Dunnett's one-sided critical value (multivariate t, equal correlation, computed by "
-    "numerical integration) for every candidate of the run; sequential looks from round 2, alpha spent by an "
+    "many-to-one comparisons against the baseline with Dunnett's one-sided critical value (multivariate t, "
+    "equal correlation, computed by numerical integration) for every candidate of the run; sequential looks "
+    "from round 2, alpha spent by an "
     "O'Brien-Fleming-type function of the share of planned rounds (the looks' shares add up to alpha); futility "
     "when the optimistic bound cannot reach halfway (log scale) to the planned speedup")
 
