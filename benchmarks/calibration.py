@@ -17,6 +17,10 @@ Scenarios (4 or 5 candidates beside the baseline):
 - ``one 1.10x``: 4 nulls and one true 1.10x (the issue's case): a recommendation naming a null is false.
 - ``one 1.2x``, ``one 2x``: 3 nulls and one true effect: power (that one called WIN), false WINs among the nulls.
 
+**Unequal noise and skewed starts** (``--noise-runs``): 4 or 8 null candidates with equal noise, a baseline 2x or
+3x noisier than them, one candidate 3x noisier, a rare fast start mode (probability 0.15, +15 %), skewed starts
+(a slow tail); per scenario the family-wise false WIN with its 95 % Clopper-Pearson interval.
+
 **Real servers** (``--tiny-runs``, ``--win-runs``, ``--predict-rounds``): a real llama-server (tests/testbed) on
 the *real role's schedule*: the plan of filter ``ab_schedule`` (every config, the baseline included, on a fresh
 start per round, in the seeded order), each round's slots from ``ab_round`` for the configs the last look kept,
@@ -29,6 +33,7 @@ tokens within the baseline's own start and the drafter probe's, for draft-simple
 
 Run: make benchmark-calibration   (needs the llama-server build; writes the win bed once into the cache)
      python benchmarks/calibration.py --sim-runs 2000 --tiny-runs 0 --win-runs 0 --predict-rounds 0
+     python benchmarks/calibration.py --sim-runs 0 --noise-runs 1000 --tiny-runs 0 --win-runs 0 --predict-rounds 0
 """
 from __future__ import annotations
 
@@ -55,9 +60,22 @@ FIXED_ROUNDS_TODAY = 3  # the role's fixed design before the sequential one: eve
 # simulation
 
 
+def start_offset(rng: random.Random, sd: float, kind: str = "normal", mode: tuple[float, float] | None = None
+                 ) -> float:
+    """One server start's offset of its round mean log rate: normal with SD ``sd``, or ``skewed`` (a centred
+    exponential with SD ``sd``, skewness 2 toward slow starts: now and then a start far slower than the rest);
+    with ``mode`` (probability, speedup) a start is that much faster with that probability (a rare fast mode)."""
+    off = -sd * (rng.expovariate(1.0) - 1.0) if kind == "skewed" else rng.gauss(0.0, sd)
+    if mode and rng.random() < mode[0]:
+        off += math.log(mode[1])
+    return off
+
+
 def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[str, float], *,
-            max_rounds: int = _design.MAX_ROUNDS, sequential: bool = True) -> dict[str, Any]:
-    """One simulated run through the sequential design: the verdicts, the recommendation, the starts used."""
+            max_rounds: int = _design.MAX_ROUNDS, sequential: bool = True, noise: dict[str, float] | None = None,
+            kind: str = "normal", mode: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One simulated run through the sequential design: the verdicts, the recommendation, the starts used.
+    ``noise``: a config's start SD as a multiple of ``sigma`` (unequal noise; 1 where not named)."""
     rng = random.Random(seed)
     names = ["baseline", *effects]
     mu = {"baseline": 0.0, **{n: math.log(e) for n, e in effects.items()}}
@@ -68,7 +86,7 @@ def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[st
         if not active:
             break
         for name in ["baseline", *active]:
-            start = rng.gauss(0.0, sigma)
+            start = start_offset(rng, sigma * (noise or {}).get(name, 1.0), kind, mode)
             rates = {s: math.exp(mu[name] + start + rng.gauss(0.0, sigma / 4)) for s in weights}
             cells[name][rnd] = math.log(_stats.mix_rate(rates, weights))
             starts += 1
@@ -121,6 +139,52 @@ def simulate(runs: int, sigmas: list[float], max_rounds: int) -> list[dict[str, 
                     "seconds": round(time.monotonic() - t0, 1)})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
+
+
+def _nulls(m: int) -> dict[str, float]:
+    return {f"t{i}": 1.0 for i in range(1, m + 1)}
+
+
+# Unequal noise and skewed starts, all candidates null: the family-wise false WIN must stay at most alpha in each.
+NOISE_SCENARIOS: dict[str, dict[str, Any]] = {
+    **{f"equal noise, {m} candidates": {"effects": _nulls(m)} for m in (4, 8)},
+    **{f"baseline {k}x noisier, {m} candidates": {"effects": _nulls(m), "noise": {"baseline": float(k)}}
+       for k in (2, 3) for m in (4, 8)},
+    **{f"one candidate 3x noisier, {m} candidates": {"effects": _nulls(m), "noise": {"t1": 3.0}} for m in (4, 8)},
+    **{f"rare fast mode (p 0.15, +15 %), {m} candidates": {"effects": _nulls(m), "mode": (0.15, 1.15)}
+       for m in (4, 8)},
+    **{f"skewed starts (slow tail, skewness 2), {m} candidates": {"effects": _nulls(m), "kind": "skewed"}
+       for m in (4, 8)},
+}
+
+
+def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, Any]]:
+    """The family-wise false WIN per unequal-noise / skewed-start scenario, with its 95 % Clopper-Pearson interval."""
+    rows = []
+    weights = {s: 0.25 for s in SIM_SHAPES}
+    for scenario, spec in NOISE_SCENARIOS.items():
+        hits = 0
+        t0 = time.monotonic()
+        for i in range(runs):
+            r = sim_run(spec["effects"], sigma, f"noise:{scenario}:{i}", weights, max_rounds=max_rounds,
+                        noise=spec.get("noise"), kind=spec.get("kind", "normal"), mode=spec.get("mode"))
+            hits += bool(r["wins"])
+        low, high = _design.rate_interval(hits, runs)
+        rows.append({"scenario": scenario, "sigma": sigma, "runs": runs, "false_win_runs": hits,
+                     "false_win": hits / runs, "low": low, "high": high,
+                     "seconds": round(time.monotonic() - t0, 1)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_noise(rows: list[dict[str, Any]], max_rounds: int) -> None:
+    print(f"\nUnequal noise and skewed starts, every candidate null (at most {max_rounds} rounds, alpha "
+          f"{_design.ALPHA}): runs with any false WIN, with the 95 % Clopper-Pearson interval.\n")
+    print("| scenario | start SD | runs | family-wise false WIN | 95 % interval |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['scenario']} | {r['sigma']:g} | {r['runs']} | {r['false_win_runs']} "
+              f"({100 * r['false_win']:.1f} %) | [{100 * r['low']:.1f}, {100 * r['high']:.1f}] % |")
 
 
 def print_sim(rows: list[dict[str, Any]], max_rounds: int) -> None:
@@ -276,6 +340,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--sim-runs", type=int, default=2000, help="simulated runs per scenario, sigma and mix; 0 skips")
     ap.add_argument("--sigmas", default="0.02,0.05,0.10")
+    ap.add_argument("--noise-runs", type=int, default=1000,
+                    help="simulated runs per unequal-noise / skewed-start scenario; 0 skips")
+    ap.add_argument("--noise-sigma", type=float, default=0.05, help="the steady configs' start SD there")
     ap.add_argument("--max-rounds", type=int, default=_design.MAX_ROUNDS)
     ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
     ap.add_argument("--win-runs", type=int, default=2, help="real runs on the win bed; 0 skips")
@@ -301,6 +368,8 @@ def main(argv: list[str]) -> int:
             saved["prediction"] = saved.get("prediction") or extra.get("prediction")
         if saved.get("simulation"):
             print_sim(saved["simulation"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
+        if saved.get("noise"):
+            print_noise(saved["noise"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
         for bed, runs in (saved.get("runs") or {}).items():
             if runs:
                 print_real(bed, judge_runs(runs), 0.0)
@@ -319,6 +388,10 @@ def main(argv: list[str]) -> int:
         saved["simulation"] = simulate(args.sim_runs, sigmas, args.max_rounds)
         save()
         print_sim(saved["simulation"], args.max_rounds)
+    if args.noise_runs:
+        saved["noise"] = simulate_noise(args.noise_runs, args.noise_sigma, args.max_rounds)
+        save()
+        print_noise(saved["noise"], args.max_rounds)
     if args.tiny_runs or args.win_runs or args.predict_rounds:
         from testbed import models
 

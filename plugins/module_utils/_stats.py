@@ -339,6 +339,8 @@ def t_quantile(q: float, df: float) -> float:
             lo = mid
         else:
             hi = mid
+        if hi - lo <= 1e-13 * hi:  # converged to double precision's useful digits
+            break
     return 0.5 * (lo + hi)
 
 

@@ -33,7 +33,11 @@ ENDPOINTS = ("e2e", "decode")
 METRICS = ("decode", "e2e", "ttft")
 DEFAULT_DESIGN = {"endpoint": "e2e", "max_rounds": None, "sequential": True, "alpha": _design.ALPHA,
                   "margin": _design.EQUIVALENCE_MARGIN, "min_speedup": _design.MIN_SPEEDUP, "beta": _design.BETA,
-                  "primary_shape": None, "win_margin": None}
+                  "primary_shape": None, "win_margin": None, "smoke": False}
+# A smoke run (spec_ab_smoke): the role's functional check. It measures and reports, may use one round, and gives
+# no verdict: every candidate is INCONCLUSIVE, nothing is recommended and promote.yml refuses it, force or not.
+SMOKE_WHY = ("a smoke run (spec_ab_smoke): measured and reported without a verdict; it is never recommended or "
+             "promoted (measure again without spec_ab_smoke and with spec_ab_max_rounds 2 or more)")
 # A WIN is recommended or promoted only when its lower bound is above 1 + this share (spec_ab_win_margin): a
 # speedup the interval proves but too small to act on (a true 1.02x at very low noise) stays a WIN, not a change.
 WIN_MARGIN = 0.02
@@ -71,6 +75,12 @@ def design_of(run: Mapping[str, Any], rounds_measured: int) -> dict[str, Any]:
         raise ReportInputError(f"run.design.max_rounds: expected a whole number of rounds >= 1 "
                                f"(spec_ab_max_rounds), got {v!r}")
     d["sequential"] = bool(d["sequential"])
+    smoke = d["smoke"]
+    if isinstance(smoke, str) and smoke.strip().lower() in ("true", "false", "yes", "no"):
+        smoke = smoke.strip().lower() in ("true", "yes")
+    if not isinstance(smoke, bool):
+        raise ReportInputError(f"run.design.smoke: expected true or false (spec_ab_smoke), got {smoke!r}")
+    d["smoke"] = smoke
     return d
 
 
@@ -206,7 +216,7 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
         "win_margin": design["win_margin"],
         "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
-        "declared": source != BUILT_IN,
+        "declared": source != BUILT_IN, "smoke": design["smoke"],
     }
     if source == BUILT_IN:
         out["sizes"] = sizes_of(gathered, baseline, list(weights))
@@ -225,13 +235,18 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                                 looks=design["sequential"])
     for name, row in result["verdicts"].items():
         row["status"] = configs[name]["status"]
+        if design["smoke"]:  # measured and shown, never a verdict
+            row.update(verdict=_design.INCONCLUSIVE, low=None, high=None, mde=None, why=SMOKE_WHY)
+            row.pop("stopped", None)
         row["practical"] = practical(row, design["win_margin"])
         if row["verdict"] == _design.WIN and not row["practical"]:
             row["why"] = (f"a WIN below the practical margin: its lower bound {row['low']:.3f}x is not above "
                           f"{1.0 + design['win_margin']:.3f}x (1 + spec_ab_win_margin), too small to recommend or "
                           "promote")
         out["verdicts"][name] = row
-    out.update(active=result["active"], looks=result["looks"], final=result["final"],
+    # a smoke run decides nothing, so no look stops a candidate: each is measured in every round of its budget
+    active = ([] if result["final"] else list(candidates)) if design["smoke"] else result["active"]
+    out.update(active=active, looks=result["looks"], final=result["final"],
                rounds_measured=result["rounds_measured"])
     eligible = [n for n, r in out["verdicts"].items() if r["practical"] and configs[n]["status"] == "OK"
                 and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]
@@ -347,6 +362,8 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
                            f"[{row['low']:.2f}, {row['high']:.2f}], "
                            f"a WIN with the family-wise error held at {conf['alpha']:g}, its lower bound above "
                            f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"))
+    elif conf.get("smoke"):  # its rows still list the candidates and the excluded, with why
+        out.update(config=baseline, keep_baseline=True, reason=f"{SMOKE_WHY}: no recommendation")
     else:
         out.update(config=baseline, keep_baseline=True,
                    reason="no eligible config has a WIN above the practical margin (lower bound above 1 + "

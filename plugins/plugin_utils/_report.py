@@ -106,6 +106,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
         "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
         "declared": conf.get("declared"), "sizes": conf.get("sizes"), "headline": conf.get("headline"),
+        "smoke": bool(conf.get("smoke")),
     }
 
 
@@ -313,6 +314,9 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
                     "specdec_promote_force=true (recorded)."]
     if conf.get("why"):
         return [*out, "", f"**No confirmatory verdict**: {conf['why']}."]
+    if conf.get("smoke"):
+        out += ["", "**Smoke run, no verdict**: this run (spec_ab_smoke) measured and reports every config's speed; "
+                    "no candidate is judged, recommended or promoted."]
     rows = []
     for name, v in conf["verdicts"].items():
         rows.append([name, v.get("status", "-"), f"**{v['verdict']}**",
@@ -646,6 +650,9 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
                      "| config | verdict | speedup [simultaneous interval] | noise | smallest findable")
         if conf.get("declared") is False:
             lines.append(f"confirmatory | warning | {conf['headline']}")
+        if conf.get("smoke"):
+            lines.append("confirmatory | warning | a smoke run (spec_ab_smoke): measured without a verdict, never "
+                         "promoted")
         for name, v in conf["verdicts"].items():
             stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
             below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""

@@ -123,6 +123,11 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
         judging = _quality.promotion_evidence(report, winner, bool(accept_lossy))
     except _quality.QualityError as exc:
         raise AnsibleFilterError(str(exc)) from None
+    if ((report.get("confirmatory") or {}).get("smoke") is True
+            or (report.get("design") or {}).get("smoke") is True):
+        raise AnsibleFilterError(f"specdec_promote_config: run {report.get('run_id')} was a smoke run "
+                                 "(spec_ab_smoke): it measured without a verdict and is never promoted, force or "
+                                 "not. Measure again without spec_ab_smoke, with spec_ab_max_rounds 2 or more")
     gate = confirmatory_gate(report, winner)
     if gate["win"] and not gate.get("declared", True) and not force:
         weights = ", ".join(f"{s} {w:.0%}" for s, w in gate["weights"].items())

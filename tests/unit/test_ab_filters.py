@@ -114,17 +114,18 @@ def test_a_round_keeps_the_configs_still_measured_and_their_starts_apart() -> No
 
 def test_the_look_after_a_round_drops_decided_and_never_winning_configs() -> None:
     drafter = {"chain": ["draft-simple"], "draft": (30, 20)}
-    run = make_run({"baseline": {}, "fast": dict(drafter, speedup=2.0, start={0: 1.0, 1: 1.01}),
-                    "maybe": dict(drafter, speedup=1.15, start={0: 1.25, 1: 0.85}),
-                    "lazy": {"chain": ["draft-simple"], "speedup": 1.0}}, rounds=2)
-    # a budget of 3: the first look spends the O'Brien-Fleming-type share of 2 of 3 rounds (1.6 % of alpha)
-    run["design"] = {"max_rounds": 3, "sequential": True}
+    run = make_run({"baseline": {}, "fast": dict(drafter, speedup=2.0, start={0: 1.0, 1: 1.01, 2: 0.99}),
+                    "maybe": dict(drafter, speedup=1.15, start={0: 1.25, 1: 0.85, 2: 1.1}),
+                    "lazy": {"chain": ["draft-simple"], "speedup": 1.0}}, rounds=3)
+    # the look after round 3 of a budget of 4 (after round 2 each config's own spread has one degree of freedom,
+    # and a comparison's critical value is taken at the pair's Welch df: only an extreme result is decided there)
+    run["design"] = {"max_rounds": 4, "sequential": True}
     look = ab_look(run)
     assert look["decided"] == {"fast": "win"}
     assert look["dropped"] == {"lazy": "NOT ENGAGED"}
     assert look["active"] == ["baseline", "maybe"] and look["stop"] is False
     assert any("fast WIN (win)" in line for line in look["lines"])
-    run["design"]["max_rounds"] = 2
+    run["design"]["max_rounds"] = 3
     assert ab_look(run) == dict(ab_look(run), active=[], stop=True)
 
 

@@ -204,3 +204,36 @@ def test_the_headline_names_the_endpoint_and_its_weights_and_says_when_the_built
     assert conf["declared"] is True and "sizes" not in conf
     assert conf["headline"] == ("endpoint e2e tokens/s over prose 80%, identity 20% (the declared traffic mix "
                                 "(spec_ab_mix, traffic weights))")
+
+
+def test_a_smoke_run_measures_and_reports_without_any_verdict():
+    # spec_ab_smoke: one round is allowed, the ratio is shown, and no candidate gets a verdict or a recommendation,
+    # even when the data would give one (a 1.6x over three rounds)
+    for rounds in (1, 3):
+        run = make_run({"baseline": {}, "d": dict(DRAFTER, speedup=1.6, start=START)}, rounds=rounds)
+        run["design"] = {"max_rounds": rounds, "sequential": True, "smoke": True}
+        judged = jd.judge(run, n_boot=100)
+        conf = judged["confirmatory"]
+        row = conf["verdicts"]["d"]
+        assert conf["smoke"] is True and conf["recommendation"] is None
+        assert row["verdict"] == "INCONCLUSIVE" and row["low"] is None and row["practical"] is False
+        assert row["why"].startswith("a smoke run (spec_ab_smoke)")
+        doc = rp.build_document(run, judged)
+        assert doc["confirmatory"]["smoke"] is True and doc["recommendation"]["keep_baseline"] is True
+        assert "smoke run" in doc["recommendation"]["reason"]
+        assert [c["config"] for c in judged["recommendation"]["candidates"]] == ["d"]  # still listed, with its ratio
+        assert "**Smoke run, no verdict**" in rp.markdown(doc)
+        assert any(line.startswith("confirmatory | warning | a smoke run") for line in rp.summary_lines(doc))
+    assert run["design"]["smoke"] is True and row["ratio"] == pytest.approx(1.6, rel=0.05)
+    # no look stops a candidate of a smoke run: after 3 of 5 rounds every candidate is measured again
+    run["design"] = {"max_rounds": 5, "sequential": True, "smoke": True}
+    assert jd.judge(run, n_boot=100)["confirmatory"]["active"] == ["d"]
+    run["design"]["smoke"] = False
+    assert jd.judge(run, n_boot=100)["confirmatory"]["active"] == []  # the 1.6x is decided at that look
+    # the same data without it: a WIN
+    run["design"] = {"max_rounds": 3, "sequential": True}
+    assert jd.judge(run, n_boot=100)["confirmatory"]["verdicts"]["d"]["verdict"] == "WIN"
+    # a value that is no boolean is refused naming the variable
+    run["design"] = {"max_rounds": 3, "smoke": "maybe"}
+    with pytest.raises(st.ReportInputError, match=r"run.design.smoke: .*spec_ab_smoke"):
+        jd.judge(run, n_boot=100)

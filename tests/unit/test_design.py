@@ -106,13 +106,18 @@ def test_unequal_noise_widens_the_comparison_to_what_the_pair_shows():
     assert fit.spread["baseline"] > 1.5 * max(others)
     for i in range(8):
         name = f"c{i}"
-        assert fit.se[name] > fit.pooled_se[name] and fit.df_of[name] == 4.0
+        # Welch-Satterthwaite's df from the pair's own spreads (4 each): between 4 and 8, far below the pooled 32
+        assert fit.se[name] > fit.pooled_se[name] and 4.0 <= fit.df_of[name] <= 8.0 < fit.df
+        assert fit.df_of[name] == ds.welch_df(fit.spread["baseline"] ** 2, fit.spread[name] ** 2, 4, 4, fit.df)
         row = ds.comparison(fit, name, 2.5)
-        assert row["df_welch"] == 4.0 and row["c"] > 2.5  # the critical value at the pair's own df
-    # equal noise: the pooled error stands, at the pooled df
+        assert row["df_welch"] == fit.df_of[name] and row["c"] > 2.5  # the critical value at the pair's own df
+    # the pair's df stands even where its own error reads below the pooled one (no fall back to the pooled df:
+    # a baseline whose spread read low by chance carried most of the false WINs), at most the pooled df
     y = {n: {r: rng.gauss(0, 0.05) + 0.1 * r for r in range(5)} for n in ["baseline", "a", "b"]}
+    y["baseline"] = {r: 0.1 * r for r in range(5)}  # a baseline without spread
     fit = ds.fit_blocks(y, "baseline")
-    assert all(fit.df_of[n] == fit.df or fit.se[n] > fit.pooled_se[n] for n in ("a", "b"))
+    for n in ("a", "b"):
+        assert fit.se[n] >= fit.pooled_se[n] and 4.0 <= fit.df_of[n] <= fit.df == 8
 
 
 def test_a_config_dropped_early_still_gives_its_rounds_to_the_residual():
@@ -272,19 +277,40 @@ def test_futility_keeps_a_candidate_just_under_the_planned_speedup():
     assert futile_share(1.0) >= 0.5
 
 
-@pytest.mark.parametrize("candidates", [4])
-def test_a_baseline_three_times_noisier_keeps_the_family_wise_false_win_near_alpha(candidates):
-    # null candidates, a baseline 3x noisier than them, the sequential design at its defaults; seeded. The pooled
-    # error alone gave 8.4 % false WINs with 4 candidates; the pair's own error holds it near 5 %. (8 candidates
-    # measure 5.5-8 %, not yet under 5 %: docs/statistics.md.)
+def test_a_baseline_three_times_noisier_than_8_candidates_keeps_the_family_wise_false_win_under_alpha():
+    """8 null candidates, a baseline 3x noisier than them (start SD 0.15 against 0.05, a shared round effect),
+    the sequential design at its defaults run as the role runs it: each round measures the baseline and the
+    candidates the last look kept. Seeded. The assertion is on the rate's 95 % Clopper-Pearson upper end: under 5 %
+    means these runs rule out a rate above alpha, not just that this sample fell under it. The old rule (the pair's
+    own error only where it was the larger, else the pooled error at the pooled df) had 19 false-WIN runs here
+    (3.8 %, interval [2.3, 5.9] %: fails); the pair's error at Welch-Satterthwaite's df has 6 ([0.4, 2.6] %)."""
     rng = random.Random(35)
-    runs, false_wins = 150, 0
+    runs, false_wins = 500, 0
+    names = ["baseline", *(f"c{i}" for i in range(8))]
     for _run in range(runs):
-        names = ["baseline", *(f"c{i}" for i in range(candidates))]
-        cells = {n: {r: rng.gauss(0, 0.15 if n == "baseline" else 0.05) + 0.1 * r for r in range(5)} for n in names}
-        result = ds.sequential(cells, "baseline", names[1:], max_rounds=5)
+        cells: dict[str, dict[int, float]] = {n: {} for n in names}
+        active = names[1:]
+        for rnd in range(ds.MAX_ROUNDS):
+            if not active:
+                break
+            shift = rng.gauss(0, 0.05)
+            for n in ["baseline", *active]:
+                cells[n][rnd] = shift + rng.gauss(0, 0.15 if n == "baseline" else 0.05)
+            if rnd + 1 >= ds.FIRST_LOOK:
+                active = ds.sequential(cells, "baseline", names[1:])["active"]
+        result = ds.sequential(cells, "baseline", names[1:])
         false_wins += any(v["verdict"] == ds.WIN for v in result["verdicts"].values())
-    assert false_wins / runs <= 0.075
+    low, high = ds.rate_interval(false_wins, runs)
+    assert high < ds.ALPHA, f"{false_wins} of {runs} runs had a false WIN: 95 % interval [{low:.3f}, {high:.3f}]"
+
+
+def test_rate_interval_is_clopper_pearsons():
+    # 5 of 101: [1.6 %, 11.2 %] (the real-bed calibration's figure); none of 100: the rule of three's neighbour
+    assert ds.rate_interval(5, 101) == pytest.approx((0.0163, 0.1118), abs=1e-4)
+    assert ds.rate_interval(0, 100) == (0.0, pytest.approx(0.0362, abs=1e-4))
+    assert ds.rate_interval(100, 100)[1] == 1.0
+    with pytest.raises(st.ReportInputError, match="rate_interval"):
+        ds.rate_interval(3, 0)
 
 
 def test_two_configs_keep_the_pooled_degrees_of_freedom():
@@ -299,3 +325,10 @@ def test_two_configs_keep_the_pooled_degrees_of_freedom():
         assert fit.df_of["draft"] == fit.df == 2 and fit.se["draft"] == fit.pooled_se["draft"]
         row = ds.comparison(fit, "draft", ds.dunnett_c(1, fit.df, 0.05))
         assert row["high"] / row["low"] < 20
+
+
+def test_welch_df_lies_between_the_smaller_df_and_their_sum():
+    assert ds.welch_df(1.0, 1.0, 4, 4, 32) == 8.0  # equal variances: the sum
+    assert ds.welch_df(9.0, 1.0, 4, 4, 32) == 4.8  # one dominates: near its own df, rounded down to a tenth
+    assert ds.welch_df(0.0, 0.0, 4, 4, 32) == 4.0  # no spread at all: the smaller df
+    assert ds.welch_df(1.0, 1.0, 4, 4, 6) == 6.0  # never above the pooled df

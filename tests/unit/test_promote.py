@@ -213,3 +213,12 @@ def test_a_win_on_the_built_in_mix_is_not_promoted_without_declared_traffic_unle
         promotion_record(old, "ngram-mod")
     # declared traffic: promoted, not forced
     assert promotion_record(REPORT, "ngram-mod")["traffic"] == "declared"
+
+
+def test_a_smoke_run_is_never_promoted_even_forced() -> None:
+    smoke = dict(REPORT, confirmatory=dict(REPORT["confirmatory"], smoke=True))
+    for force in (False, True):
+        with pytest.raises(AnsibleFilterError, match=r"smoke run \(spec_ab_smoke\).*never promoted, force or not"):
+            promotion_record(smoke, "ngram-mod", force=force)
+    assert promotion_record(dict(REPORT, confirmatory=dict(REPORT["confirmatory"], smoke=False)),
+                            "ngram-mod")["verdict"] == "WIN"
