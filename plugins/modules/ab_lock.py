@@ -84,9 +84,21 @@ options:
     type: int
     default: 2
   force:
-    description: With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
+    description:
+      - With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
+      - With O(state=present), take the lock from whoever holds it; the old record is returned in RV(taken_over).
+        C(playbooks/rollback.yml) does so with C(specdec_force=true). The run that held it stops at its next renewal,
+        and its restore leaves the unit alone.
     type: bool
     default: false
+  takeover_armed:
+    description:
+      - With O(state=present), take over a dead run's lock (expired, or its controller provably gone) even while the
+        unit's dead-man timer is armed. For a caller that removes that run's override and disarms the timer itself
+        (C(playbooks/rollback.yml)); a live run's lock still refuses.
+    type: bool
+    default: false
+    version_added: 0.2.0
   state_dir:
     description: The host's state directory.
     type: path
@@ -195,6 +207,7 @@ ARGUMENT_SPEC = dict(
     wait=dict(type="int", default=0),
     poll=dict(type="int", default=2),
     force=dict(type="bool", default=False),
+    takeover_armed=dict(type="bool", default=False),
     state_dir=dict(type="path", default=_host_state.DEFAULT_STATE_DIR),
     state_mode=dict(type="raw", default="0700"),
 )
