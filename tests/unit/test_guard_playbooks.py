@@ -211,3 +211,53 @@ def test_the_roles_renew_the_plays_guard_and_leave_its_release_to_the_play(role:
     assert "specdec_guard_owner" in facts["ansible.builtin.set_fact"][f"{role}_lock_owner"]
     release = next(t for t in tasks if (t.get("llmfleet.specdec.ab_lock") or {}).get("state") == "absent")
     assert release["when"] == "specdec_guard_owner | default(none) is none"
+
+
+def _promote_block() -> dict:
+    plays = yaml.safe_load((ROOT / "playbooks/promote.yml").read_text())
+    return next(t for play in plays for t in play.get("tasks") or []
+                if t.get("name") == "Promote through the vehicle, and put the previous production back if anything fails")
+
+
+def _module(task: dict) -> str | None:
+    return next((k for k in task if k.startswith(("llmfleet.", "ansible."))), None)
+
+
+def _when(task: dict, **facts: object) -> bool:
+    import jinja2
+    env = jinja2.Environment()
+    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("true", "yes", "1")
+    conditions = task["when"] if isinstance(task["when"], list) else [task["when"]]
+    return bool(env.compile_expression(" and ".join(f"({c})" for c in conditions))(**facts))
+
+
+def test_promote_renews_its_lock_after_the_override_answered_and_before_its_commit() -> None:
+    block = _promote_block()["block"]
+    modules = [_module(t) for t in block]
+    override = modules.index("llmfleet.specdec.unit_override")
+    commit = next(i for i, t in enumerate(block) if t.get("name", "").startswith("Commit"))
+    renew = [i for i, m in enumerate(modules) if m == "llmfleet.specdec.ab_lock"]
+    assert renew and override < renew[0] < commit
+    args = block[renew[0]]["llmfleet.specdec.ab_lock"]
+    assert args["state"] == "present" and args["owner"] == "{{ specdec_promote_owner }}" and "force" not in args
+
+
+@pytest.mark.parametrize(("holder", "touches"), [
+    (None, True),  # released by force: the override may be this promotion's, so put production back
+    ({"run_id": "promote-1"}, True),  # still this promotion's
+    ({"run_id": "rollback-2"}, False),  # taken over (specdec_force): the unit is that run's now
+])
+def test_promotes_rescue_asks_whether_it_still_holds_the_lock_before_it_touches_anything(holder, touches) -> None:
+    import jinja2
+    rescue = _promote_block()["rescue"]
+    modules = [_module(t) for t in rescue]
+    query = modules.index("llmfleet.specdec.ab_lock")
+    assert rescue[query]["llmfleet.specdec.ab_lock"]["state"] == "query" and rescue[query]["check_mode"] is False
+    lost_task = rescue[query + 1]
+    lost = jinja2.Environment().from_string(lost_task["ansible.builtin.set_fact"]["specdec_promote_lost"]).render(
+        specdec_promote_lock_now={"holder": holder}, specdec_promote_owner={"run_id": "promote-1"}).strip() == "True"
+    changing = [t for t in rescue[query + 2:] if _module(t) in (
+        "ansible.builtin.copy", "ansible.builtin.file", "llmfleet.specdec.unit_override")]
+    assert len(changing) == 4
+    for task in changing:
+        assert _when(task, specdec_promote_committed=True, specdec_promote_lost=lost, ansible_check_mode=False) is touches
