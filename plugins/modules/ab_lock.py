@@ -84,11 +84,7 @@ options:
     type: int
     default: 2
   force:
-    description:
-      - With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
-      - With O(state=present), take the lock from whoever holds it; the old record is returned in RV(taken_over).
-        C(playbooks/rollback.yml) does so with C(specdec_force=true). The run that held it stops at its next renewal,
-        and its restore leaves the unit alone.
+    description: With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
     type: bool
     default: false
   takeover_armed:

@@ -166,16 +166,12 @@ def test_the_rollback_takes_over_a_dead_runs_lock_while_its_dead_man_is_armed(tm
     assert json.loads(lock_file(tmp_path).read_text())["run_id"] == "rollback-1"
 
 
-def test_force_takes_a_live_runs_lock_and_that_run_can_no_longer_release_it(tmp_path: Path) -> None:
+def test_force_never_takes_a_live_runs_lock(tmp_path: Path) -> None:
+    """force is for state=absent only: a play given specdec_force goes ahead without the lock, leaving it."""
     take(tmp_path, "run-1")
-    out = take(tmp_path, "rollback-1", Clock(T0 + 5), run=armed, force=True)
-    assert out["taken_over"]["run_id"] == "run-1" and out["taken_over"]["why"].startswith("force=true")
-    # run-1's release (or its renewal) finds the lock is no longer its own and leaves it
-    left = hs.release(params(tmp_path, "run-1"), check_mode=False)
-    assert not left["changed"] and left["holder"]["run_id"] == "rollback-1"
     with pytest.raises(hs.LockHeldError):
-        take(tmp_path, "run-1", Clock(T0 + 10))
-    assert json.loads(lock_file(tmp_path).read_text())["run_id"] == "rollback-1"
+        take(tmp_path, "rollback-1", Clock(T0 + 5), force=True, takeover_armed=True)
+    assert json.loads(lock_file(tmp_path).read_text())["run_id"] == "run-1"
 
 
 def test_the_dead_man_and_its_bridge_both_count_as_armed() -> None:
