@@ -95,3 +95,66 @@ def test_endpoint_port(endpoint: str, port: int) -> None:
 def test_a_bad_endpoint_is_named(endpoint: str) -> None:
     with pytest.raises(bo.BenchOwnerError, match="endpoint .* give http://HOST:PORT"):
         bo.endpoint_port(endpoint)
+
+
+# ------------------------------------------------------------------ the module: refused before the first request
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, fake: FakeSystemd, sent: list, restart_midway: bool = False) -> None:
+    from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
+
+    view = ProcView(str(fake.proc))
+    monkeypatch.setattr(spec_bench, "check_owner", lambda unit, endpoint, _run: bo.check_owner(unit, endpoint, fake.run, view))
+    monkeypatch.setattr(spec_bench, "check_same_owner",
+                        lambda before, unit, endpoint, _run: bo.check_same_owner(before, unit, endpoint, fake.run, view))
+
+    def bench(**params: object) -> dict:
+        sent.append(params["endpoint"])
+        if restart_midway:
+            fake.run(["systemctl", "restart", UNIT])
+        return {"schema": "llmfleet.specdec/bench/1", "requests": []}
+    monkeypatch.setattr(spec_bench, "run_bench", bench)
+    monkeypatch.setattr(spec_bench, "measured_prompts", lambda *a: [])
+    monkeypatch.setattr(spec_bench, "add_ngram_checks", lambda *a: None)
+    monkeypatch.setattr(spec_bench, "bench_under_load", lambda *a: None)
+    monkeypatch.setattr(spec_bench, "load_failed", lambda load: False)
+
+
+def _run_module(capsys: pytest.CaptureFixture[str]) -> dict:
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
+    with patch_module_args({"endpoint": ENDPOINT, "unit": UNIT}), pytest.raises(SystemExit):
+        spec_bench.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_module_sends_nothing_to_another_server(host: FakeSystemd, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    host.run(["systemctl", "stop", UNIT])
+    squatter = host.squat(8080)
+    host.run(["systemctl", "start", UNIT])
+    sent: list = []
+    _module(monkeypatch, host, sent)
+    out = _run_module(capsys)
+    assert out["failed"] and f"pid {squatter} (squatter" in out["msg"] and sent == [] and "bench" not in out
+
+
+def test_the_module_keeps_no_numbers_of_a_server_restarted_while_measured(
+        host: FakeSystemd, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list = []
+    _module(monkeypatch, host, sent, restart_midway=True)
+    out = _run_module(capsys)
+    assert out["failed"] and "changed while it was measured" in out["msg"] and sent == [ENDPOINT]
+    assert "bench" not in out
+
+
+def test_the_module_returns_the_owner_it_checked(host: FakeSystemd, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list = []
+    _module(monkeypatch, host, sent)
+    out = _run_module(capsys)
+    pid = int(host.state()["units"][UNIT]["pid"])
+    assert not out.get("failed") and out["owner"]["main_pid"] == pid and out["bench"]["requests"] == []
