@@ -219,10 +219,18 @@ def test_the_roles_renew_the_plays_guard_and_leave_its_release_to_the_play(role:
     assert release["when"] == "specdec_guard_owner | default(none) is none"
 
 
-def _promote_block() -> dict:
-    plays = yaml.safe_load((ROOT / "playbooks/promote.yml").read_text())
-    return next(t for play in plays for t in play.get("tasks") or []
-                if t.get("name") == "Promote through the vehicle, and put the previous production back if anything fails")
+PROMOTE_BLOCKS = {
+    "env": ("playbooks/promote.yml", "Promote through the vehicle, and put the previous production back if anything fails"),
+    "exec": ("playbooks/tasks/promote_exec.yml",
+             "Promote the command line through the vehicle, and put the previous production back if anything fails"),
+}
+
+
+def _promote_block(form: str) -> dict:
+    path, name = PROMOTE_BLOCKS[form]
+    data = yaml.safe_load((ROOT / path).read_text())
+    tasks = [t for play in data for t in play.get("tasks") or []] if "hosts" in data[0] else data
+    return next(t for t in tasks if t.get("name") == name)
 
 
 def _module(task: dict) -> str | None:
@@ -237,8 +245,9 @@ def _when(task: dict, **facts: object) -> bool:
     return bool(env.compile_expression(" and ".join(f"({c})" for c in conditions))(**facts))
 
 
-def test_promote_renews_its_lock_after_the_override_answered_and_before_its_commit() -> None:
-    block = _promote_block()["block"]
+@pytest.mark.parametrize("form", sorted(PROMOTE_BLOCKS))
+def test_promote_renews_its_lock_after_the_override_answered_and_before_its_commit(form: str) -> None:
+    block = _promote_block(form)["block"]
     modules = [_module(t) for t in block]
     override = modules.index("llmfleet.specdec.unit_override")
     commit = next(i for i, t in enumerate(block) if t.get("name", "").startswith("Commit"))
@@ -253,9 +262,10 @@ def test_promote_renews_its_lock_after_the_override_answered_and_before_its_comm
     ({"run_id": "promote-1"}, True),  # still this promotion's
     ({"run_id": "rollback-2"}, False),  # taken over (specdec_force): the unit is that run's now
 ])
-def test_promotes_rescue_asks_whether_it_still_holds_the_lock_before_it_touches_anything(holder, touches) -> None:
+@pytest.mark.parametrize("form", sorted(PROMOTE_BLOCKS))
+def test_promotes_rescue_asks_whether_it_still_holds_the_lock_before_it_touches_anything(holder, touches, form) -> None:
     import jinja2
-    rescue = _promote_block()["rescue"]
+    rescue = _promote_block(form)["rescue"]
     modules = [_module(t) for t in rescue]
     query = modules.index("llmfleet.specdec.ab_lock")
     assert rescue[query]["llmfleet.specdec.ab_lock"]["state"] == "query" and rescue[query]["check_mode"] is False
@@ -264,6 +274,6 @@ def test_promotes_rescue_asks_whether_it_still_holds_the_lock_before_it_touches_
         specdec_promote_lock_now={"holder": holder}, specdec_promote_owner={"run_id": "promote-1"}).strip() == "True"
     changing = [t for t in rescue[query + 2:] if _module(t) in (
         "ansible.builtin.copy", "ansible.builtin.file", "llmfleet.specdec.unit_override")]
-    assert len(changing) == 4
+    assert len(changing) == {"env": 4, "exec": 5}[form]
     for task in changing:
         assert _when(task, specdec_promote_committed=True, specdec_promote_lost=lost, ansible_check_mode=False) is touches
