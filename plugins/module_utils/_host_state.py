@@ -340,7 +340,10 @@ def acquire(params: Mapping[str, Any], run: Runner, check_mode: bool, now: Calla
             t = now()
             stale = None
             if current is not None and current.get("run_id") != run_id:
-                stale = why_stale(current, t, timer_armed(unit, run), holder_gone(current, proc))
+                # takeover_armed: a caller that removes the dead run's override itself (the rollback) need not wait
+                # for its dead-man
+                armed = timer_armed(unit, run) and not params.get("takeover_armed")
+                stale = why_stale(current, t, armed, holder_gone(current, proc))
             if current is None or current.get("run_id") == run_id or stale:
                 record = _owner_record(unit, run_id, owner, current, t, expires_after)
                 if stale:

@@ -142,6 +142,60 @@ def _own_conflicts(override: Mapping[str, str | None], tokens: Sequence[str], na
     return out
 
 
+# The settings that say where a server listens: a candidate that changes them would answer somewhere else than
+# production's endpoint, which is what the A/B measures (another server's numbers, or none, as the candidate's).
+ENDPOINT_VARS = ("LLAMA_ARG_HOST", "LLAMA_ARG_PORT", "VLLM_SERVE_HOST", "VLLM_SERVE_PORT")
+ENDPOINT_FLAGS = ("--host", "--port")
+
+
+def _served_at(env: Mapping[str, Any], args: Sequence[str], backend: str, launcher: bool) -> tuple | None:
+    """(host, port) as the server reads them: llama-server its LLAMA_ARG_HOST/PORT, then its command line; vLLM
+    its arguments, after what its launcher (form env) puts first from VLLM_SERVE_HOST/PORT. None if unreadable."""
+    args = [str(a) for a in args]
+    try:
+        if backend == "llamacpp":
+            options = _flags.parse(args, {k: env[k] for k in ENDPOINT_VARS[:2] if env.get(k) is not None})["options"]
+            host, port = options.get("--host"), options.get("--port")
+        else:
+            if launcher:  # roles/vllm_serve/files/vllm-serve-exec
+                args = ["--host", str(env.get("VLLM_SERVE_HOST") or env.get("LLAMA_ARG_HOST") or "127.0.0.1"),
+                        "--port", str(env.get("VLLM_SERVE_PORT") or env.get("LLAMA_ARG_PORT") or "8000")] + args
+            host, port = uc._vllm_value(args, "host"), uc._vllm_value(args, "port")
+    except SpecdecError:
+        return None  # what the server cannot read is the lint's finding
+    return (str(host or uc.DEFAULT_HOSTS[backend]), str(port or uc.DEFAULT_PORTS[backend]).strip())
+
+
+def _endpoint_settings(env: Mapping[str, Any] | None, tokens: Sequence[str], backend: str) -> List[str]:
+    """The config's own settings that name a host or port: variables, and flags (in ``flags`` or in an
+    arguments variable it sets)."""
+    named = [key for key in (env or {}) if key in ENDPOINT_VARS]
+    for key in ARGV_VARS[backend]:
+        if key in (env or {}):
+            try:
+                words = shlex.split(str((env or {})[key] or ""))
+            except ValueError:
+                continue
+            named += [f"{key} {w.split('=', 1)[0]}" for w in words if w.split("=", 1)[0] in ENDPOINT_FLAGS]
+    named += [f"flags {t.split('=', 1)[0]}" for t in tokens if str(t).split("=", 1)[0] in ENDPOINT_FLAGS]
+    return named
+
+
+def _moves_endpoint(production: tuple | None, candidate: tuple | None, env: Mapping[str, Any] | None,
+                    tokens: Sequence[str], backend: str, name: str) -> List[Dict[str, str]]:
+    """A candidate that would listen on another host or port than production: refused (it never starts)."""
+    if production is None or candidate is None or production == candidate:
+        return []
+    named = _endpoint_settings(env, tokens, backend) or ["its settings"]
+    return [{"code": "moves-endpoint", "config": name, "setting": ", ".join(named),
+             "flag": "--port" if production[1] != candidate[1] else "--host",
+             "message": f"config {name}: {', '.join(named)} moves the server from production's "
+                        f"{production[0]}:{production[1]} to {candidate[0]}:{candidate[1]}, but the A/B measures and "
+                        f"checks health on production's endpoint, so another server (or none) would be measured as "
+                        f"this config. Remove {', '.join(named)} from config {name}: a candidate serves on "
+                        "production's host and port"}]
+
+
 def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | None = None,
                      flags: Sequence[Any] | None = None, name: str = "config", backend: str = "llamacpp",
                      unit: Mapping[str, Any] | None = None) -> Dict[str, Any]:
@@ -179,12 +233,18 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
     for var in ARGV_VARS[backend]:
         argv += _split_var(process_env, var, name)
     refused: List[Dict[str, str]] = []
+    installed = backend == "llamacpp" and (unit or {}).get("installed")
+    command = list((unit or {}).get("server_args") or []) if installed else []
     if backend == "llamacpp":
-        command = list((unit or {}).get("server_args") or []) if (unit or {}).get("installed") else []
         where = f"{'the config' if extra_var in (env or {}) else 'production'}'s {extra_var}"
         refused = uc.outranked(command, _split_var({extra_var: before or ""}, extra_var, name),
                                {k: v for k, v in override.items() if k != extra_var}, name, where)
         refused += _own_conflicts({k: v for k, v in override.items() if k != extra_var}, tokens, name)
+    base_argv: List[str] = []
+    for var in ARGV_VARS[backend]:
+        base_argv += _split_var(base, var, name)
+    refused += _moves_endpoint(_served_at(base, command + base_argv, backend, True),
+                               _served_at(process_env, command + argv, backend, True), env, tokens, backend, name)
     return {
         "override": override,
         "env": process_env,
@@ -215,6 +275,15 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
     refused = _own_conflicts(override, tokens, name) if backend == "llamacpp" else []
     try:  # a refused config is rendered as production (it never runs; the preflight names why)
         applied = uc.apply_candidate(unit, {} if refused else override, [] if refused else tokens, name, unit_name)
+        if not refused:
+            env_now = dict(unit.get("server_env") or base)
+            env_then = dict(applied["container_env"]) if applied["container_env"] is not None else {
+                k: v for k, v in dict(env_now, **applied["env"]).items() if v is not None}
+            refused = _moves_endpoint(_served_at(env_now, unit.get("server_args") or [], backend, False),
+                                      _served_at(env_then, applied["server_args"], backend, False),
+                                      env, tokens, backend, name)
+            if refused:
+                applied = uc.apply_candidate(unit, {}, [], name, unit_name)
     except uc.CommandError as exc:
         raise RenderError(str(exc)) from None
     kept: Dict[str, str | None] = dict(applied["env"])

@@ -87,6 +87,14 @@ options:
     description: With O(state=absent), remove the lock whoever holds it (after checking that run is really gone).
     type: bool
     default: false
+  takeover_armed:
+    description:
+      - With O(state=present), take over a dead run's lock (expired, or its controller provably gone) even while the
+        unit's dead-man timer is armed. For a caller that removes that run's override and disarms the timer itself
+        (C(playbooks/rollback.yml)); a live run's lock still refuses.
+    type: bool
+    default: false
+    version_added: 0.2.0
   state_dir:
     description: The host's state directory.
     type: path
@@ -195,6 +203,7 @@ ARGUMENT_SPEC = dict(
     wait=dict(type="int", default=0),
     poll=dict(type="int", default=2),
     force=dict(type="bool", default=False),
+    takeover_armed=dict(type="bool", default=False),
     state_dir=dict(type="path", default=_host_state.DEFAULT_STATE_DIR),
     state_mode=dict(type="raw", default="0700"),
 )

@@ -190,6 +190,15 @@ options:
     type: int
     default: 30
     version_added: 0.2.0
+  unit:
+    description:
+      - The systemd unit whose server O(endpoint) must reach. Before the first request and again after the last,
+        the process listening on the endpoint's port on this host must be the unit's C(MainPID) or a process in its
+        control group, and the same process both times; otherwise the task fails naming the process that holds
+        the port, and no numbers are returned as the unit's.
+      - Reading the owners of sockets needs root (C(become)). Unset, nothing is checked.
+    type: str
+    version_added: 0.2.0
   api_key:
     description:
       - Bearer token for a server started with an API key.
@@ -351,12 +360,20 @@ bench:
           the stream and its error, C(health_after_failure)) or V(NOT MEASURED).
       type: dict
       returned: when O(concurrency) is not 1
+owner:
+  description:
+    - With O(unit), who served the endpoint - C(unit), C(port), C(main_pid) and C(owners) (the pids listening on
+      the port), as read after the last request.
+  returned: when O(unit) is given
+  type: dict
+  sample: {unit: llama-server.service, port: 8080, main_pid: 4242, owners: [4242]}
 """
 
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._bench_owner import check_owner, check_same_owner
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BenchInterruptedError, run_bench
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._load import bench_under_load, load_failed, measured_prompts
@@ -386,6 +403,7 @@ ARGUMENT_SPEC = dict(
     busy_check=dict(type="bool", default=True),
     busy_retries=dict(type="int", default=2),
     busy_wait=dict(type="int", default=30),
+    unit=dict(type="str"),
     # content holds the operator's prompts: never logged (only that leaf is masked, not the shape names)
     traffic=dict(type="list", elements="dict", default=[], options=dict(
         name=dict(type="str", required=True), content=dict(type="str", required=True, no_log=True),
@@ -397,7 +415,12 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = dict(module.params)
     concurrency, bursts, traffic = params.pop("concurrency"), params.pop("load_bursts"), params.pop("traffic")
+    unit = params.pop("unit")
+    run = lambda argv: module.run_command(list(argv))  # noqa: E731
+    owner = None
     try:
+        if unit:  # the unit's own server answers the endpoint, or nothing is measured
+            owner = check_owner(unit, params["endpoint"], run)
         custom = load_traffic(traffic, params["api"]) or None
         bench = run_bench(custom=custom, **params)
         measured = measured_prompts(params, custom)
@@ -408,11 +431,13 @@ def main() -> None:
             module.fail_json(msg=f"the server stopped answering under load ({load['concurrency']} streams): stream "
                                  f"{failure['stream']} on {failure['shape']}: {failure['error']}; /health afterwards: "
                                  f"{load['health_after_failure']}", bench=bench)
+        if owner is not None:  # and still the same process after the last request (the numbers are its alone)
+            owner = check_same_owner(owner, unit, params["endpoint"], run)
     except BenchInterruptedError as exc:
         module.fail_json(msg=str(exc), bench=exc.bench, exception=traceback.format_exc())
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
-    module.exit_json(changed=False, bench=bench)
+    module.exit_json(changed=False, bench=bench, **({"owner": owner} if owner is not None else {}))
 
 
 if __name__ == "__main__":

@@ -155,6 +155,25 @@ def test_an_expired_lock_is_kept_while_the_dead_man_is_still_armed(tmp_path: Pat
         take(tmp_path, "run-2", Clock(T0 + 1001), run=armed)
 
 
+def test_the_rollback_takes_over_a_dead_runs_lock_while_its_dead_man_is_armed(tmp_path: Path) -> None:
+    """takeover_armed (playbooks/rollback.yml removes that override and disarms the timer itself): an expired lock is
+    taken over even while armed; a live one still refuses, naming its holder."""
+    take(tmp_path, "run-1")
+    with pytest.raises(hs.LockHeldError, match="locked by run run-1"):
+        take(tmp_path, "rollback-1", Clock(T0 + 999), run=armed, takeover_armed=True)
+    out = take(tmp_path, "rollback-1", Clock(T0 + 1001), run=armed, takeover_armed=True)
+    assert out["taken_over"]["run_id"] == "run-1" and "expired at" in out["taken_over"]["why"]
+    assert json.loads(lock_file(tmp_path).read_text())["run_id"] == "rollback-1"
+
+
+def test_force_never_takes_a_live_runs_lock(tmp_path: Path) -> None:
+    """force is for state=absent only: a play given specdec_force goes ahead without the lock, leaving it."""
+    take(tmp_path, "run-1")
+    with pytest.raises(hs.LockHeldError):
+        take(tmp_path, "rollback-1", Clock(T0 + 5), force=True, takeover_armed=True)
+    assert json.loads(lock_file(tmp_path).read_text())["run_id"] == "run-1"
+
+
 def test_the_dead_man_and_its_bridge_both_count_as_armed() -> None:
     def bridge_only(argv: Any) -> tuple[int, str, str]:
         assert list(argv)[2:] == ["specdec-rollback-llama-server.timer", "specdec-rearm-llama-server.timer"]

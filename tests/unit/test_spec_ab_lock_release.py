@@ -81,3 +81,12 @@ def test_the_lock_is_renewed_inside_each_slot_between_the_start_and_the_measurem
     args = measure[renew[0]]["llmfleet.specdec.ab_lock"]
     assert args["state"] == "present" and args["owner"] == "{{ spec_ab_lock_owner }}"
     assert args["expires_after"] == "{{ spec_ab_lock_expiry }}" and "wait" not in args  # a lost lock stops the slot
+
+
+def test_each_slot_measures_only_the_units_own_server():
+    """Issue 31, MEDIUM 6: spec_bench checks the endpoint port's owner against the unit, as root (its fds)."""
+    measure = yaml.safe_load((MAIN.parent / "measure.yml").read_text())[0]["block"]
+    bench = next(t for t in measure if "llmfleet.specdec.spec_bench" in t)
+    assert bench["llmfleet.specdec.spec_bench"]["unit"] == "{{ spec_ab_unit }}"
+    assert bench["llmfleet.specdec.spec_bench"]["endpoint"] == "{{ spec_ab_endpoint }}"
+    assert bench["become"] is True
