@@ -159,7 +159,7 @@ def _served_at(env: Mapping[str, Any], args: Sequence[str], backend: str, launch
         else:
             if launcher:  # roles/vllm_serve/files/vllm-serve-exec
                 args = ["--host", str(env.get("VLLM_SERVE_HOST") or env.get("LLAMA_ARG_HOST") or "127.0.0.1"),
-                        "--port", str(env.get("VLLM_SERVE_PORT") or env.get("LLAMA_ARG_PORT") or "8000")] + args
+                        "--port", str(env.get("VLLM_SERVE_PORT") or env.get("LLAMA_ARG_PORT") or "8000"), *args]
             host, port = uc._vllm_value(args, "host"), uc._vllm_value(args, "port")
     except SpecdecError:
         return None  # what the server cannot read is the lint's finding
