@@ -93,7 +93,7 @@ def test_endpoint_port(endpoint: str, port: int) -> None:
 
 @pytest.mark.parametrize("endpoint", ["127.0.0.1:8080", "http://h:99999", "unix:///x.sock"])
 def test_a_bad_endpoint_is_named(endpoint: str) -> None:
-    with pytest.raises(bo.BenchOwnerError, match="endpoint .* give http://HOST:PORT"):
+    with pytest.raises(bo.BenchOwnerError, match=r"endpoint .* give http://HOST:PORT"):
         bo.endpoint_port(endpoint)
 
 
