@@ -254,14 +254,15 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     if not fragment:
         raise UnitReadError(f"{unit} has no unit file (FragmentPath is empty: a generated or transient unit); "
                             "write it as a unit file under /etc/systemd/system")
-    ab_dropin = override_paths(unit, run_dir).dropin
+    ab_paths = override_paths(unit, run_dir)
+    ab_dropins = {os.path.abspath(path) for path in ab_paths.all_dropins}
     dropins = [p for line in shown.get("DropInPaths", []) for p in line.split()]
     table = specifiers(unit, fragment)
     settings = _Settings()
     later_exec: List[str] = []
     promoted = None
     for path in [fragment, *dropins]:
-        if os.path.abspath(path) == os.path.abspath(ab_dropin):
+        if os.path.abspath(path) in ab_dropins:
             continue
         text = _read(path)
         if text is None:
@@ -303,7 +304,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     # systemd's own parse of the same files, when it has loaded exactly them (not with the A/B's drop-in loaded,
     # whose ExecStart= it would show, nor with files changed since its last reload)
     systemd_view = _show_exec_start(shown.get("ExecStart", []))
-    if systemd_view and ab_dropin not in dropins and first["NeedDaemonReload"] != "yes":
+    if systemd_view and not any(path in dropins for path in ab_paths.all_dropins) and first["NeedDaemonReload"] != "yes":
         path_shown, argv_shown = systemd_view[-1]
         if argv_shown != " ".join(command.argv) and _words(argv_shown) != list(command.argv):
             raise UnitReadError(
@@ -319,13 +320,14 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
         raise UnitReadError(
             f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
             "candidate's drop-in, so it would replace every candidate's command line: fold its ExecStart= into the "
-            f"unit file, or rename it to sort before {DROPIN_NAME} (for example 30-{os.path.basename(later_exec[0])})")
+            f"unit file, or rename it to sort before {DROPIN_NAME} (for example override.conf)")
     pid = int(first["MainPID"] or 0)
     running_argv = _cmdline(proc, pid) if pid else None
     result = dict(described, unit=unit, installed=True, fragment=fragment, dropins=dropins,
                   exec_prefix="".join(c for c in command.prefix if c in "-+!"), exec_start_source=where,
                   exec_start_unexpanded=list(command.argv), env=env, environment_files=files,
-                  override_active=ab_dropin in dropins or os.path.exists(ab_dropin), promoted_dropin=promoted,
+                  override_active=any(path in dropins or os.path.exists(path) for path in ab_paths.all_dropins),
+                  promoted_dropin=promoted,
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
                            "matches": running_argv == list(expanded) if running_argv is not None else None},

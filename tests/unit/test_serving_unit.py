@@ -82,8 +82,10 @@ def test_a_hand_written_unit_with_env_files_drop_ins_and_expansion(tmp_path: Pat
     assert u["exec_start_source"].endswith("llama.service line 9")
 
 
-def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path) -> None:
-    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+@pytest.mark.parametrize("name", ["zz-llmfleet-specdec.conf", "50-llmfleet-specdec.conf"])
+def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path, name: str) -> None:
+    # the A/B's drop-in under its name and under the former one a host may still carry
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / name
     ab.parent.mkdir(parents=True)
     ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} --candidate\n")
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
@@ -102,8 +104,8 @@ def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path) -> N
     (f"[Service]\nExecStart={LLAMA} -m %q\n", {}, "specifier %q"),
     (f"[Service]\nType=oneshot\nExecStart={LLAMA}\nExecStart={LLAMA}\n", {}, "runs 2 ExecStart= commands"),
     ("[Service]\nEnvironmentFile=/nonexistent.env\nExecStart=/x\n", {}, "does not exist, so systemd would not"),
-    (f"[Service]\nExecStart={LLAMA}\n", {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -t 2\n"},
-     "rename it to sort before 50-llmfleet-specdec.conf"),
+    (f"[Service]\nExecStart={LLAMA}\n", {"zzz-mine.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -t 2\n"},
+     "rename it to sort before zz-llmfleet-specdec.conf"),
     (f"[Service]\nExecStart=@{LLAMA} name -m /a\n", {}, "another argv"),
     ("[Unit]\nDescription=no exec\n", {}, "has no ExecStart"),
 ])
@@ -147,9 +149,19 @@ def test_the_module_is_read_only_and_fails_for_a_required_unit(monkeypatch: pyte
     assert out["changed"] is False and out["serving_unit"]["installed"] is False
 
 
+def test_a_unit_customised_with_systemctl_edit_is_adopted_with_its_override(tmp_path: Path) -> None:
+    # systemctl edit's override.conf sorts before the A/B's drop-in: its ExecStart= is production's, and each
+    # candidate's (written later) replaces it
+    assert "override.conf" < su.DROPIN_NAME and "99-local.conf" < su.DROPIN_NAME
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
+                          {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a -t 2\n"})
+    u = read(tmp_path, systemd)
+    assert u["argv"] == [LLAMA, "-m", "/a", "-t", "2"] and u["override_active"] is False
+
+
 def test_systemd_is_not_asked_while_the_ab_drop_in_or_unreloaded_files_are_loaded(tmp_path: Path) -> None:
     # systemctl show then has the candidate's (or the old) ExecStart=: the files are the truth, read as production
-    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / su.DROPIN_NAME
     ab.parent.mkdir(parents=True)
     ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a --spec-draft-n-max 1\n")
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /a --spec-draft-n-max 1")
