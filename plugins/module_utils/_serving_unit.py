@@ -219,7 +219,7 @@ def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str
     """Whether the unit runs ``argv``: its MainPID's /proc/<pid>/cmdline, or a process in its control group (a
     container engine's client that handed over to conmon, with Type=notify)."""
     want = list(argv)
-    if pid and _cmdline(proc, pid) == want:
+    if pid and _cmdline(proc, pid) in (want, uc.exec_tail(want)):  # a prefix (env, nice, ...) exec'd the server
         return True
     if not control_group:
         return False
@@ -227,7 +227,7 @@ def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str
         if not entry.isdigit():
             continue
         cgroup = cgroup_path(_read(os.path.join(proc, entry, "cgroup")) or "")
-        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) == want:
+        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) in (want, uc.exec_tail(want)):
             return True
     return False
 
@@ -330,7 +330,8 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                   promoted_dropin=promoted,
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
-                           "matches": running_argv == list(expanded) if running_argv is not None else None},
+                           "matches": running_argv in (list(expanded), uc.exec_tail(expanded))
+                           if running_argv is not None else None},
                   warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
                             for w in settings.kept_escapes])
     result["endpoint"] = unit_endpoint(result)
@@ -442,6 +443,8 @@ def _expected_running_argv(live: Mapping[str, Any]) -> List[str] | None:
     """The /proc cmdline the unit's next start gives its main process, or None when it cannot be said (vLLM's
     launcher builds it from the env, which is compared on its own)."""
     argv = list(live.get("argv") or [])
+    if live.get("kind") == "prefixed":  # env/nice/taskset/numactl exec the server: the process is the server
+        return uc.exec_tail(argv)
     if live.get("kind") != "launcher":
         return argv
     if live.get("engine") != "llamacpp":
@@ -513,14 +516,14 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
         diffs.append({"what": "command line", "detail": f"running `{' '.join(now)[:300]}`, next start "
                       f"`{' '.join(want)[:300]}` ({live.get('exec_start_source')})"})
     environ = ProcView(proc).environ(pid)
-    unit_env = dict(live.get("env") or {})
+    unit_env = dict(live.get("server_env") if live.get("kind") == "prefixed" else live.get("env") or {})
     if environ:  # empty: /proc/<pid>/environ unreadable (not root) or the process gone
         names = sorted(n for n in unit_env if environ.get(n) != unit_env[n])
         names += sorted(n for n in environ if n not in unit_env and n.startswith(_SERVER_VARS))
         for name in names:
             diffs.append({"what": "environment", "detail": f"{name}: running {_shown(name, environ.get(name))}, "
                           f"next start {_shown(name, unit_env.get(name))}"})
-    program = (want or [None])[0] if live.get("kind") in ("direct", "launcher") else None
+    program = (want or [None])[0] if live.get("kind") in ("direct", "launcher", "prefixed") else None
     exe = _exe(proc, pid)
     if program and exe and os.path.isabs(program) and (want is not None) and not _is_script(program):
         if exe.endswith(" (deleted)"):

@@ -105,7 +105,9 @@ serving_unit:
       description: V(env) (the collection's launcher units) or V(exec) (a hand-written unit).
       type: str
     kind:
-      description: V(launcher), V(direct) or V(container).
+      description: >-
+        V(launcher), V(direct), V(prefixed) (the server exec'd by C(env VAR=value), C(nice), C(taskset) or
+        C(numactl) prefixes, whose variables are in RV(serving_unit.server_env)) or V(container).
       type: str
     engine:
       description: V(llamacpp) or V(vllm).

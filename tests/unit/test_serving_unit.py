@@ -6,6 +6,8 @@ temporary directory); molecule/units runs the same reading against a real system
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +355,43 @@ def test_on_the_fake_host_a_hand_edit_is_pending_until_the_operator_restarts(tmp
     host.run(["systemctl", "daemon-reload"])
     host.run(["systemctl", "restart", "llama-server.service"])
     assert now() == {"compared": True, "why": None, "differences": []}
+
+
+def test_a_prefixed_server_is_found_on_real_proc_with_the_prefix_s_environment(tmp_path: Path) -> None:
+    # a real child started as a unit would start it: env, nice and taskset exec the "server" (a copy of sleep
+    # named llama-server), so its /proc/<pid>/cmdline is the server's own and its environ carries env's variable
+    server = tmp_path / "llama-server"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", server)
+    argv = ["env", "SPECDEC_PREFIX_TEST=1", "nice", "-n", "1", "taskset", "-c", "0", str(server), "60"]
+    child = subprocess.Popen([shutil.which(argv[0]) or "/usr/bin/env", *argv[1:]])
+    try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        for _ in range(500):  # until the prefixes have exec'd the server (no timing asserted)
+            if cmdline.read_bytes().split(b"\0")[0] == str(server).encode():
+                break
+            subprocess.run(["true"], check=False)
+        assert su.cmdline_matches("/proc", child.pid, argv) is True
+        assert su.cmdline_matches("/proc", child.pid, [*argv[:-1], "61"]) is False
+        environ = Path(f"/proc/{child.pid}/environ").read_bytes().split(b"\0")
+        assert b"SPECDEC_PREFIX_TEST=1" in environ
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_unit_with_exec_prefixes_is_adopted_in_form_exec(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart=/usr/bin/env GGML_X=1 /usr/bin/nice -n 5 {LLAMA} -m /a\n")
+    u = read(tmp_path, systemd)
+    assert (u["form"], u["kind"], u["server_args"]) == ("exec", "prefixed", ["-m", "/a"])
+    assert u["server_env"]["GGML_X"] == "1"
+
+
+def test_a_prefixed_unit_that_runs_what_its_files_say_has_no_pending_change(tmp_path: Path) -> None:
+    # env/nice exec'd the server: its cmdline is the server's words, its environ carries env's variable
+    unit = f"[Service]\nEnvironment=LLAMA_ARG_PORT=9090\nExecStart=/usr/bin/env LLAMA_ARG_THREADS=4 /usr/bin/nice -n 5 {LLAMA} -m /a\n"
+    _process(tmp_path, 42, [LLAMA, "-m", "/a"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "4"})
+    assert pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42)) == {"compared": True, "why": None, "differences": []}
+    _process(tmp_path, 42, [LLAMA, "-m", "/b"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "8"})
+    got = pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42))
+    assert [d["what"] for d in got["differences"]] == ["command line", "environment"]
+    assert got["differences"][1]["detail"] == "LLAMA_ARG_THREADS: running '8', next start '4'"
