@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,
@@ -185,6 +186,10 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         refused = uc.outranked(command, _split_var({extra_var: before or ""}, extra_var, name),
                                {k: v for k, v in override.items() if k != extra_var}, name, where)
         refused += _own_conflicts({k: v for k, v in override.items() if k != extra_var}, tokens, name)
+    is_wrapper = bool(unit) and unit.get("kind") == "wrapper"
+    if is_wrapper:  # a wrapper's server sees the candidate's variables, nothing else (_unit_wrapper)
+        refused += _unit_wrapper.refusals(unit, override, tokens, name)
+        argv = list(unit.get("server_args") or [])
     return {
         "override": override,
         "env": process_env,

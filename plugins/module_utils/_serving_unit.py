@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_wrapper as wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
@@ -241,7 +242,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     """The unit as systemd will run it next (module docstring); ``installed: false`` when systemd has no such unit."""
     unit = service_name(unit_name)
     props = ["LoadState", "FragmentPath", "DropInPaths", "ExecStart", "NeedDaemonReload", "MainPID", "ActiveState",
-             "Type"]
+             "Type", "ControlGroup"]
     argv = ["systemctl", "show", unit] + [w for p in props for w in ("-p", p)]
     rc, out, err = run(argv)
     if rc != 0:
@@ -312,16 +313,22 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                 "this collection cannot read the line exactly as systemd does. Simplify the line's quoting")
         if path_shown != command.path and os.path.basename(path_shown) != os.path.basename(command.path):
             raise UnitReadError(f"{unit}: ExecStart= runs {path_shown} for systemd but {command.path} as read here")
+    pid = int(first["MainPID"] or 0)
     try:
         described = uc.describe(expanded, env, backend, unit)
     except uc.CommandError as exc:
-        raise UnitReadError(str(exc)) from None
+        shape = wrapper.wrapper_shape(expanded)  # a script or sh -c: its server read where it runs
+        if not shape:
+            raise UnitReadError(str(exc)) from None
+        try:
+            described = wrapper.describe(expanded, env, unit, proc, pid, first["ControlGroup"], shape)
+        except uc.CommandError as wrapped:
+            raise UnitReadError(str(wrapped)) from None
     if described["form"] == "exec" and later_exec:
         raise UnitReadError(
             f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
             "candidate's drop-in, so it would replace every candidate's command line: fold its ExecStart= into the "
             f"unit file, or rename it to sort before {DROPIN_NAME} (for example override.conf)")
-    pid = int(first["MainPID"] or 0)
     running_argv = _cmdline(proc, pid) if pid else None
     result = dict(described, unit=unit, installed=True, fragment=fragment, dropins=dropins,
                   exec_prefix="".join(c for c in command.prefix if c in "-+!"), exec_start_source=where,
@@ -330,7 +337,8 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                   promoted_dropin=promoted,
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
-                           "matches": running_argv in (list(expanded), uc.exec_tail(expanded))
+                           "matches": described["kind"] == "wrapper" or running_argv in (list(expanded),
+                                                                                          uc.exec_tail(expanded))
                            if running_argv is not None else None},
                   warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
                             for w in settings.kept_escapes])
@@ -341,7 +349,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
 def unit_endpoint(description: Mapping[str, Any]) -> Dict[str, Any]:
     """Where the unit's server answers on the host: from its command line (form exec) or its env (form env)."""
     unit = str(description.get("unit") or "the unit")
-    if description.get("form") == "exec":
+    if description.get("form") == "exec" or description.get("kind") == "wrapper":  # the server's command line
         try:
             host, port = uc.endpoint(description, unit)
         except uc.CommandError as exc:
@@ -393,9 +401,24 @@ def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
     except SpecdecError:
         return None
-    if live.get("installed") and live.get("form") == "exec":
+    if live.get("installed") and (live.get("form") == "exec" or live.get("kind") == "wrapper"):
         return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
     return None
+
+
+def wrapper_endpoint(unit: str, run: Runner, env: Mapping[str, str], *, proc: str = "/proc",
+                     run_dir: str = "/run") -> Tuple[str, int] | None:
+    """Where a wrapper unit's server answers with ``env`` (a candidate's) over what it sees now; None for other
+    units or one that cannot be read."""
+    try:
+        live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+        if live.get("kind") != "wrapper":
+            return None
+        names = ("LLAMA_ARG_HOST", "LLAMA_ARG_PORT")
+        seen = dict(live["server_env"], **{k: v for k, v in env.items() if k in names})
+        return uc.endpoint(dict(live, server_env=seen), unit)
+    except SpecdecError:
+        return None
 
 
 def exec_endpoints(unit: str, run: Runner, env: Mapping[str, str], argv: Sequence[str], *, proc: str = "/proc",
@@ -445,6 +468,8 @@ def _expected_running_argv(live: Mapping[str, Any]) -> List[str] | None:
     argv = list(live.get("argv") or [])
     if live.get("kind") == "prefixed":  # env/nice/taskset/numactl exec the server: the process is the server
         return uc.exec_tail(argv)
+    if live.get("kind") == "wrapper":  # what a wrapper runs is known only once it ran
+        return None
     if live.get("kind") != "launcher":
         return argv
     if live.get("engine") != "llamacpp":
@@ -517,7 +542,7 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
                       f"`{' '.join(want)[:300]}` ({live.get('exec_start_source')})"})
     environ = ProcView(proc).environ(pid)
     unit_env = dict(live.get("server_env") if live.get("kind") == "prefixed" else live.get("env") or {})
-    if environ:  # empty: /proc/<pid>/environ unreadable (not root) or the process gone
+    if environ and live.get("kind") != "wrapper":  # empty: unreadable (not root) or gone; a wrapper sets its own
         names = sorted(n for n in unit_env if environ.get(n) != unit_env[n])
         names += sorted(n for n in environ if n not in unit_env and n.startswith(_SERVER_VARS))
         for name in names:

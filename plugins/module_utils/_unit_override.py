@@ -73,6 +73,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     service_name,
     unit_from_rollback_unit,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_wrapper import environ_mismatch, server_pid
 
 # llama.cpp's own defaults (common/common.h: hostname "127.0.0.1", port 8080).
 DEFAULT_HOST = "127.0.0.1"
@@ -382,8 +383,9 @@ class UnitOverride:
                     unit, self.run, effective_env(base, config), exec_start.argv, proc=self.proc.proc, run_dir=self.run_dir)
             except SpecdecError as exc:
                 raise UnitOverrideError(f"{exc}; nothing was written") from None
-        else:
-            host, port = endpoint_of(effective_env(base, config), unit)
+        else:  # a wrapper's server answers where its own command line says
+            host, port = live_unit.wrapper_endpoint(unit, self.run, effective_env(base, config), proc=self.proc.proc,
+                                                    run_dir=self.run_dir) or endpoint_of(effective_env(base, config), unit)
             prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
@@ -424,9 +426,12 @@ class UnitOverride:
         if plan.restart:
             try:
                 health = self.restart_and_wait(unit, host, port)
-                if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
-                    raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
-                                          "environment does not carry the candidate (was the override removed meanwhile?)")
+                server = server_pid(self.proc.proc, health["main_pid"], self.unit_info(unit).get("ControlGroup", ""))
+                unseen = environ_mismatch(config.assignments, config.unset, self.proc.environ(server))
+                if unseen:
+                    raise NotHealthyError(f"{unit}: pid {server} answers {health['url']} but does not see the "
+                                          f"candidate's variables ({'; '.join(unseen)}): a wrapper that sets them "
+                                          "itself, or the override removed meanwhile")
                 if not self.runs_command(health["main_pid"], exec_start, self.unit_info(unit)):
                     raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run "
                                           f"the candidate's command line ({self.proc.describe(health['main_pid'])})")

@@ -101,7 +101,7 @@ def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path, name
 @pytest.mark.parametrize("unit_text, dropins, says", [
     (f"[Service]\nExecStart={LLAMA} -m $MODEL\n", {}, r"uses \$MODEL, which the unit's Environment="),
     (f"[Service]\nEnvironment=M=/m\nExecStart={LLAMA} -m $M/t.gguf\n", {}, r"drops the whole word; write \$\{M\}"),
-    ("[Service]\nExecStart=/bin/bash -c 'exec llama-server'\n", {}, "wrapper around the server"),
+    ("[Service]\nExecStart=/bin/bash -c 'exec llama-server'\n", {}, r"runs a wrapper .* is not running\. Start it"),
     (f"[Service]\nExecStart={LLAMA} 'unclosed\n", {}, "unbalanced quoting"),
     (f"[Service]\nExecStart={LLAMA} -m %q\n", {}, "specifier %q"),
     (f"[Service]\nType=oneshot\nExecStart={LLAMA}\nExecStart={LLAMA}\n", {}, "runs 2 ExecStart= commands"),
