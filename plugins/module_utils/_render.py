@@ -188,6 +188,8 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         refused += _own_conflicts({k: v for k, v in override.items() if k != extra_var}, tokens, name)
     is_wrapper = bool(unit) and unit.get("kind") == "wrapper"
     if is_wrapper:  # a wrapper's server sees the candidate's variables, nothing else (_unit_wrapper)
+        shown = f"the server's command line (its wrapper {(unit.get('argv') or ['?'])[0]} writes it)"
+        refused = [dict(r, message=r["message"].replace("the unit's ExecStart= line", shown)) for r in refused]
         refused += _unit_wrapper.refusals(unit, override, tokens, name)
         argv = list(unit.get("server_args") or [])
     return {

@@ -111,7 +111,8 @@ def test_candidates_go_in_form_env_and_what_the_server_would_not_see_is_refused_
     assert ok["host_argv"] == ["-m", "/m.gguf", "--spec-draft-n-max", "8"]  # the server's own, for the lint
     flag = render.render_candidate(u["server_env"], {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "4"}, [], "d4", "llamacpp", u)
     assert [r["flag"] for r in flag["refused"]] == ["--spec-draft-n-max"]
-    assert "the unit's ExecStart= line has --spec-draft-n-max 8" in flag["refused"][0]["message"]
+    assert f"the server's command line (its wrapper {wrapper} writes it) has --spec-draft-n-max 8. Remove " \
+        "--spec-draft-n-max from the server's command line" in flag["refused"][0]["message"]
     sets = render.render_candidate(u["server_env"], {"LLAMA_ARG_CTX_SIZE": "4096"}, [], "ctx", "llamacpp", u)
     assert [r["code"] for r in sets["refused"]] == ["wrapper-sets"]
     assert "wrapper sets LLAMA_ARG_CTX_SIZE itself (the server sees '2048', the unit's environment says '8192')" \
