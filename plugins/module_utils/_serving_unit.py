@@ -22,12 +22,15 @@ and the fix.
 """
 from __future__ import annotations
 
+import ast
 import glob
+import json
 import os
 import platform
 import re
 import shlex
 import socket
+import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
@@ -47,6 +50,10 @@ _ARCH = {"x86_64": "x86-64", "aarch64": "arm64", "i686": "x86", "i386": "x86", "
 
 class UnitReadError(SpecdecError):
     """The unit cannot be read as systemd will run it; the message names the unit and what to change."""
+
+
+class WrapperNotServing(UnitReadError):
+    """A wrapper unit whose server cannot be read now (stopped, or a candidate that never started one)."""
 
 
 def _read(path: str) -> str | None:
@@ -323,7 +330,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
         try:
             described = wrapper.describe(expanded, env, unit, proc, pid, first["ControlGroup"], shape)
         except uc.CommandError as wrapped:
-            raise UnitReadError(str(wrapped)) from None
+            raise WrapperNotServing(str(wrapped)) from None
     if described["form"] == "exec" and later_exec:
         raise UnitReadError(
             f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
@@ -399,11 +406,24 @@ def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir:
     (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
     try:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    except WrapperNotServing:  # a failed candidate left no server to read: where its dead-man waits for production
+        return armed_endpoint(unit, run_dir)
     except SpecdecError:
         return None
     if live.get("installed") and (live.get("form") == "exec" or live.get("kind") == "wrapper"):
         return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
     return None
+
+
+def armed_endpoint(unit: str, run_dir: str = "/run") -> Tuple[str, int] | None:
+    """Production's endpoint as the unit's armed dead-man script has it (``CONFIG``'s url), None without one."""
+    text = _read(override_paths(service_name(unit), run_dir).script) or ""
+    match = re.search(r"^CONFIG = json\.loads\((.*)\)$", text, re.M)
+    try:
+        url = urllib.parse.urlsplit(json.loads(ast.literal_eval(match.group(1)))["url"]) if match else None
+        return (str(url.hostname), int(url.port or 80)) if url and url.hostname else None
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return None
 
 
 def wrapper_endpoint(unit: str, run: Runner, env: Mapping[str, str], *, proc: str = "/proc",

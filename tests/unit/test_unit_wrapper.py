@@ -173,3 +173,23 @@ def test_a_wrapper_that_sets_the_candidates_variable_itself_fails_the_candidate_
         host.manager().absent(cm.UNIT)
     finally:
         host.close()
+
+
+def test_a_failed_candidate_of_a_wrapper_unit_is_restored_on_the_endpoint_its_dead_man_was_armed_with(
+        tmp_path: Path) -> None:
+    """No server runs (the candidate never started one), so the wrapper cannot be read: the restore waits where
+    production answered when the dead-man was armed, not on the env's default port."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+
+    wrapper = script(tmp_path, f"exec {LLAMA} --port 8092\n")
+    process(tmp_path, 42, ["/bin/sh", str(wrapper)], {})  # the candidate's wrapper, its server gone
+    systemd = Systemd(tmp_path, str(wrapper), pid=42)
+    run_dir = str(tmp_path / "run")
+    assert su.production_endpoint("llama", systemd, proc=str(tmp_path / "proc"), run_dir=run_dir) is None
+    paths = sd.override_paths("llama.service", run_dir)
+    Path(paths.script).parent.mkdir(parents=True)
+    Path(paths.script).write_text(sd.render_rollback_script(paths, "/usr/bin/python3", "http://127.0.0.1:8092/health", 60))
+    assert su.production_endpoint("llama", systemd, proc=str(tmp_path / "proc"), run_dir=run_dir) == ("127.0.0.1", 8092)
+    # a unit whose reading fails for another reason keeps the caller's fallback
+    bad = Systemd(tmp_path / "b", f"{LLAMA} -m $NOPE", pid=42)
+    assert su.production_endpoint("llama", bad, proc=str(tmp_path / "proc"), run_dir=run_dir) is None
