@@ -102,9 +102,10 @@ def _base(word: str) -> str:
 def _refuse(unit: str, why: str) -> CommandError:
     return CommandError(
         f"{unit}: {why}. Supported: llama-server, `vllm serve MODEL ...` or `python -m {VLLM_MODULE} ...` on the "
-        "unit's own ExecStart= line, any of those run by `podman run` with the server's arguments "
-        "after the image, or a unit deployed by role llmfleet.specdec.llamacpp_serve / vllm_serve. Put the server "
-        "on the unit's ExecStart= line (no shell, no wrapper script), or deploy it with role llamacpp_serve")
+        "unit's own ExecStart= line (env/nice/taskset/numactl in front included), any of those run by `podman run` "
+        "with the server's arguments after the image, a script or `sh -c` that execs the server, or a unit deployed "
+        "by role llmfleet.specdec.llamacpp_serve / vllm_serve. Put the server on the unit's ExecStart= line, or "
+        "deploy it with role llamacpp_serve")
 
 
 # Programs that set something up and exec the server in the same process (its MainPID becomes the server): short
