@@ -44,9 +44,8 @@ import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags, _unit_wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
     check_env_value,

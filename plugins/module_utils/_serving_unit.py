@@ -52,7 +52,7 @@ class UnitReadError(SpecdecError):
     """The unit cannot be read as systemd will run it; the message names the unit and what to change."""
 
 
-class WrapperNotServing(UnitReadError):
+class WrapperNotServingError(UnitReadError):
     """A wrapper unit whose server cannot be read now (stopped, or a candidate that never started one)."""
 
 
@@ -330,7 +330,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
         try:
             described = wrapper.describe(expanded, env, unit, proc, pid, first["ControlGroup"], shape)
         except uc.CommandError as wrapped:
-            raise WrapperNotServing(str(wrapped)) from None
+            raise WrapperNotServingError(str(wrapped)) from None
     if described["form"] == "exec" and later_exec:
         raise UnitReadError(
             f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
@@ -406,7 +406,7 @@ def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir:
     (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
     try:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
-    except WrapperNotServing:  # a failed candidate left no server to read: where its dead-man waits for production
+    except WrapperNotServingError:  # a failed candidate left no server to read: where its dead-man waits for production
         return armed_endpoint(unit, run_dir)
     except SpecdecError:
         return None

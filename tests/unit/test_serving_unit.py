@@ -388,7 +388,8 @@ def test_a_unit_with_exec_prefixes_is_adopted_in_form_exec(tmp_path: Path) -> No
 
 def test_a_prefixed_unit_that_runs_what_its_files_say_has_no_pending_change(tmp_path: Path) -> None:
     # env/nice exec'd the server: its cmdline is the server's words, its environ carries env's variable
-    unit = f"[Service]\nEnvironment=LLAMA_ARG_PORT=9090\nExecStart=/usr/bin/env LLAMA_ARG_THREADS=4 /usr/bin/nice -n 5 {LLAMA} -m /a\n"
+    unit = ("[Service]\nEnvironment=LLAMA_ARG_PORT=9090\n"
+            f"ExecStart=/usr/bin/env LLAMA_ARG_THREADS=4 /usr/bin/nice -n 5 {LLAMA} -m /a\n")
     _process(tmp_path, 42, [LLAMA, "-m", "/a"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "4"})
     assert pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42)) == {"compared": True, "why": None, "differences": []}
     _process(tmp_path, 42, [LLAMA, "-m", "/b"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "8"})

@@ -147,6 +147,7 @@ def test_a_wrapper_that_sets_the_candidates_variable_itself_fails_the_candidate_
     """On the crash matrix's fake host: the wrapper exports LLAMA_ARG_SPEC_DRAFT_N_MAX=16 over the unit's
     environment; the candidate's 4 never reaches the new server, whose environ says so; production is put back."""
     import crash_matrix as cm
+
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
 
