@@ -67,6 +67,11 @@ def unlink(path: str) -> bool:
         return False
 
 
+def unlink_all(paths: Sequence[str]) -> None:
+    for path in paths:
+        unlink(path)
+
+
 def rmdir(path: str) -> None:
     os.rmdir(path)
 

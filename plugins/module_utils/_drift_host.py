@@ -258,8 +258,9 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         return result
     if lock_finding is not None:
         findings.append(lock_finding)  # a stale lock: production is judged, an override left active too
-    dropin = override_paths(view.unit).dropin
-    if dropin in view.dropins or os.path.exists(dropin):
+    dropin = next((path for path in override_paths(view.unit).all_dropins
+                   if path in view.dropins or os.path.exists(path)), None)
+    if dropin:
         findings.append(drift.finding("override-active", f"an A/B candidate override {dropin} is in place and no "
                                       "A/B run holds the unit: a run was killed before its restore, and its dead-man "
                                       "timer has not restored production",

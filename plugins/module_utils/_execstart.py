@@ -36,7 +36,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import Sp
 
 WHITESPACE = " \t\n\r"
 # A promoted exec-form winner: a persistent drop-in in /etc/systemd/system/<unit>.d/ that sorts before the A/B
-# candidate's transient one (``_systemd.DROPIN_NAME``, 50-...), so an A/B run on a promoted unit still replaces
+# candidate's transient one (``_systemd.DROPIN_NAME``, zz-...), so an A/B run on a promoted unit still replaces
 # its ExecStart= with each candidate's.
 PROMOTED_DROPIN = "40-llmfleet-specdec-promoted.conf"
 COMMENTS = "#;"

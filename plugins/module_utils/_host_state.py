@@ -387,7 +387,8 @@ def query(params: Mapping[str, Any], run: Runner, now: Callable[[], float] = tim
     stale = why_stale(record, now(), armed, holder_gone(record, proc)) if record is not None else None
     held = record is not None and stale is None
     paths = override_paths(unit, run_dir)
-    found = [f"{what} {where}" for what, where in (("drop-in", paths.dropin), ("env file", paths.env_file))
+    named = [*(("drop-in", path) for path in paths.all_dropins), ("env file", paths.env_file)]
+    found = [f"{what} {where}" for what, where in named
              if os.path.exists(where)]
     if armed:
         found.append(f"armed dead-man timer {paths.timer}")

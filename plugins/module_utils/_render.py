@@ -44,7 +44,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags, _unit_wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvFileError,
@@ -245,6 +245,12 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         base_argv += _split_var(base, var, name)
     refused += _moves_endpoint(_served_at(base, command + base_argv, backend, True),
                                _served_at(process_env, command + argv, backend, True), env, tokens, backend, name)
+    is_wrapper = bool(unit) and unit.get("kind") == "wrapper"
+    if is_wrapper:  # a wrapper's server sees the candidate's variables, nothing else (_unit_wrapper)
+        shown = f"the server's command line (its wrapper {(unit.get('argv') or ['?'])[0]} writes it)"
+        refused = [dict(r, message=r["message"].replace("the unit's ExecStart= line", shown)) for r in refused]
+        refused += _unit_wrapper.refusals(unit, override, tokens, name)
+        argv = list(unit.get("server_args") or [])
     return {
         "override": override,
         "env": process_env,

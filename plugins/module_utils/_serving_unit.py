@@ -22,17 +22,21 @@ and the fix.
 """
 from __future__ import annotations
 
+import ast
 import glob
+import json
 import os
 import platform
 import re
 import shlex
 import socket
+import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_wrapper as wrapper
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
@@ -46,6 +50,10 @@ _ARCH = {"x86_64": "x86-64", "aarch64": "arm64", "i686": "x86", "i386": "x86", "
 
 class UnitReadError(SpecdecError):
     """The unit cannot be read as systemd will run it; the message names the unit and what to change."""
+
+
+class WrapperNotServingError(UnitReadError):
+    """A wrapper unit whose server cannot be read now (stopped, or a candidate that never started one)."""
 
 
 def _read(path: str) -> str | None:
@@ -219,7 +227,7 @@ def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str
     """Whether the unit runs ``argv``: its MainPID's /proc/<pid>/cmdline, or a process in its control group (a
     container engine's client that handed over to conmon, with Type=notify)."""
     want = list(argv)
-    if pid and _cmdline(proc, pid) == want:
+    if pid and _cmdline(proc, pid) in (want, uc.exec_tail(want)):  # a prefix (env, nice, ...) exec'd the server
         return True
     if not control_group:
         return False
@@ -227,7 +235,7 @@ def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str
         if not entry.isdigit():
             continue
         cgroup = cgroup_path(_read(os.path.join(proc, entry, "cgroup")) or "")
-        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) == want:
+        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) in (want, uc.exec_tail(want)):
             return True
     return False
 
@@ -241,7 +249,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     """The unit as systemd will run it next (module docstring); ``installed: false`` when systemd has no such unit."""
     unit = service_name(unit_name)
     props = ["LoadState", "FragmentPath", "DropInPaths", "ExecStart", "NeedDaemonReload", "MainPID", "ActiveState",
-             "Type"]
+             "Type", "ControlGroup"]
     argv = ["systemctl", "show", unit] + [w for p in props for w in ("-p", p)]
     rc, out, err = run(argv)
     if rc != 0:
@@ -254,14 +262,15 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     if not fragment:
         raise UnitReadError(f"{unit} has no unit file (FragmentPath is empty: a generated or transient unit); "
                             "write it as a unit file under /etc/systemd/system")
-    ab_dropin = override_paths(unit, run_dir).dropin
+    ab_paths = override_paths(unit, run_dir)
+    ab_dropins = {os.path.abspath(path) for path in ab_paths.all_dropins}
     dropins = [p for line in shown.get("DropInPaths", []) for p in line.split()]
     table = specifiers(unit, fragment)
     settings = _Settings()
     later_exec: List[str] = []
     promoted = None
     for path in [fragment, *dropins]:
-        if os.path.abspath(path) == os.path.abspath(ab_dropin):
+        if os.path.abspath(path) in ab_dropins:
             continue
         text = _read(path)
         if text is None:
@@ -303,7 +312,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
     # systemd's own parse of the same files, when it has loaded exactly them (not with the A/B's drop-in loaded,
     # whose ExecStart= it would show, nor with files changed since its last reload)
     systemd_view = _show_exec_start(shown.get("ExecStart", []))
-    if systemd_view and ab_dropin not in dropins and first["NeedDaemonReload"] != "yes":
+    if systemd_view and not any(path in dropins for path in ab_paths.all_dropins) and first["NeedDaemonReload"] != "yes":
         path_shown, argv_shown = systemd_view[-1]
         if argv_shown != " ".join(command.argv) and _words(argv_shown) != list(command.argv):
             raise UnitReadError(
@@ -311,24 +320,33 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                 "this collection cannot read the line exactly as systemd does. Simplify the line's quoting")
         if path_shown != command.path and os.path.basename(path_shown) != os.path.basename(command.path):
             raise UnitReadError(f"{unit}: ExecStart= runs {path_shown} for systemd but {command.path} as read here")
+    pid = int(first["MainPID"] or 0)
     try:
         described = uc.describe(expanded, env, backend, unit)
     except uc.CommandError as exc:
-        raise UnitReadError(str(exc)) from None
+        shape = wrapper.wrapper_shape(expanded)  # a script or sh -c: its server read where it runs
+        if not shape:
+            raise UnitReadError(str(exc)) from None
+        try:
+            described = wrapper.describe(expanded, env, unit, proc, pid, first["ControlGroup"], shape)
+        except uc.CommandError as wrapped:
+            raise WrapperNotServingError(str(wrapped)) from None
     if described["form"] == "exec" and later_exec:
         raise UnitReadError(
             f"{unit}: the drop-in {', '.join(later_exec)} sets ExecStart= and sorts after {DROPIN_NAME}, the A/B "
             "candidate's drop-in, so it would replace every candidate's command line: fold its ExecStart= into the "
-            f"unit file, or rename it to sort before {DROPIN_NAME} (for example 30-{os.path.basename(later_exec[0])})")
-    pid = int(first["MainPID"] or 0)
+            f"unit file, or rename it to sort before {DROPIN_NAME} (for example override.conf)")
     running_argv = _cmdline(proc, pid) if pid else None
     result = dict(described, unit=unit, installed=True, fragment=fragment, dropins=dropins,
                   exec_prefix="".join(c for c in command.prefix if c in "-+!"), exec_start_source=where,
                   exec_start_unexpanded=list(command.argv), env=env, environment_files=files,
-                  override_active=ab_dropin in dropins or os.path.exists(ab_dropin), promoted_dropin=promoted,
+                  override_active=any(path in dropins or os.path.exists(path) for path in ab_paths.all_dropins),
+                  promoted_dropin=promoted,
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
-                           "matches": running_argv == list(expanded) if running_argv is not None else None},
+                           "matches": described["kind"] == "wrapper" or running_argv in (list(expanded),
+                                                                                          uc.exec_tail(expanded))
+                           if running_argv is not None else None},
                   warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
                             for w in settings.kept_escapes])
     result["endpoint"] = unit_endpoint(result)
@@ -338,7 +356,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
 def unit_endpoint(description: Mapping[str, Any]) -> Dict[str, Any]:
     """Where the unit's server answers on the host: from its command line (form exec) or its env (form env)."""
     unit = str(description.get("unit") or "the unit")
-    if description.get("form") == "exec":
+    if description.get("form") == "exec" or description.get("kind") == "wrapper":  # the server's command line
         try:
             host, port = uc.endpoint(description, unit)
         except uc.CommandError as exc:
@@ -388,11 +406,39 @@ def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir:
     (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
     try:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+    except WrapperNotServingError:  # a failed candidate left no server to read: where its dead-man waits for production
+        return armed_endpoint(unit, run_dir)
     except SpecdecError:
         return None
-    if live.get("installed") and live.get("form") == "exec":
+    if live.get("installed") and (live.get("form") == "exec" or live.get("kind") == "wrapper"):
         return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
     return None
+
+
+def armed_endpoint(unit: str, run_dir: str = "/run") -> Tuple[str, int] | None:
+    """Production's endpoint as the unit's armed dead-man script has it (``CONFIG``'s url), None without one."""
+    text = _read(override_paths(service_name(unit), run_dir).script) or ""
+    match = re.search(r"^CONFIG = json\.loads\((.*)\)$", text, re.M)
+    try:
+        url = urllib.parse.urlsplit(json.loads(ast.literal_eval(match.group(1)))["url"]) if match else None
+        return (str(url.hostname), int(url.port or 80)) if url and url.hostname else None
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return None
+
+
+def wrapper_endpoint(unit: str, run: Runner, env: Mapping[str, str], *, proc: str = "/proc",
+                     run_dir: str = "/run") -> Tuple[str, int] | None:
+    """Where a wrapper unit's server answers with ``env`` (a candidate's) over what it sees now; None for other
+    units or one that cannot be read."""
+    try:
+        live = read_unit(unit, run, proc=proc, run_dir=run_dir)
+        if live.get("kind") != "wrapper":
+            return None
+        names = ("LLAMA_ARG_HOST", "LLAMA_ARG_PORT")
+        seen = dict(live["server_env"], **{k: v for k, v in env.items() if k in names})
+        return uc.endpoint(dict(live, server_env=seen), unit)
+    except SpecdecError:
+        return None
 
 
 def exec_endpoints(unit: str, run: Runner, env: Mapping[str, str], argv: Sequence[str], *, proc: str = "/proc",
@@ -440,6 +486,10 @@ def _expected_running_argv(live: Mapping[str, Any]) -> List[str] | None:
     """The /proc cmdline the unit's next start gives its main process, or None when it cannot be said (vLLM's
     launcher builds it from the env, which is compared on its own)."""
     argv = list(live.get("argv") or [])
+    if live.get("kind") == "prefixed":  # env/nice/taskset/numactl exec the server: the process is the server
+        return uc.exec_tail(argv)
+    if live.get("kind") == "wrapper":  # what a wrapper runs is known only once it ran
+        return None
     if live.get("kind") != "launcher":
         return argv
     if live.get("engine") != "llamacpp":
@@ -511,14 +561,14 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
         diffs.append({"what": "command line", "detail": f"running `{' '.join(now)[:300]}`, next start "
                       f"`{' '.join(want)[:300]}` ({live.get('exec_start_source')})"})
     environ = ProcView(proc).environ(pid)
-    unit_env = dict(live.get("env") or {})
-    if environ:  # empty: /proc/<pid>/environ unreadable (not root) or the process gone
+    unit_env = dict(live.get("server_env") if live.get("kind") == "prefixed" else live.get("env") or {})
+    if environ and live.get("kind") != "wrapper":  # empty: unreadable (not root) or gone; a wrapper sets its own
         names = sorted(n for n in unit_env if environ.get(n) != unit_env[n])
         names += sorted(n for n in environ if n not in unit_env and n.startswith(_SERVER_VARS))
         for name in names:
             diffs.append({"what": "environment", "detail": f"{name}: running {_shown(name, environ.get(name))}, "
                           f"next start {_shown(name, unit_env.get(name))}"})
-    program = (want or [None])[0] if live.get("kind") in ("direct", "launcher") else None
+    program = (want or [None])[0] if live.get("kind") in ("direct", "launcher", "prefixed") else None
     exe = _exe(proc, pid)
     if program and exe and os.path.isabs(program) and (want is not None) and not _is_script(program):
         if exe.endswith(" (deleted)"):

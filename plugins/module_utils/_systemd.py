@@ -29,7 +29,11 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import 
 
 COLLECTION = "llmfleet.specdec"
 STATE_DIR_NAME = "llmfleet-specdec"
-DROPIN_NAME = "50-llmfleet-specdec.conf"
+# The A/B's transient drop-in sorts after every drop-in an operator writes by hand (``systemctl edit``'s
+# override.conf, numbered ones): a drop-in that sorts later and sets ExecStart= would run instead of each candidate.
+DROPIN_NAME = "zz-llmfleet-specdec.conf"
+# Its name before 0.2.x hosts were upgraded: still read and removed, never written.
+LEGACY_DROPIN_NAMES = ("50-llmfleet-specdec.conf",)
 ROLLBACK_PREFIX = "specdec-rollback-"
 # While a changed candidate re-arms the dead-man, a second timer ("the bridge") is armed first and stopped last,
 # so there is never a moment without an armed timer. Its prefix is not an extension of ROLLBACK_PREFIX, so a
@@ -76,6 +80,19 @@ class OverridePaths(NamedTuple):
     @property
     def timer(self) -> str:
         return self.rollback_unit + ".timer"
+
+    @property
+    def legacy_dropins(self) -> Tuple[str, ...]:
+        """The drop-in under its former names (a host that still carries one from an earlier version)."""
+        return tuple(os.path.join(self.dropin_dir, name) for name in LEGACY_DROPIN_NAMES)
+
+    @property
+    def all_dropins(self) -> Tuple[str, ...]:
+        return (self.dropin, *self.legacy_dropins)
+
+    def dropin_in_place(self, loaded: str = "") -> bool:
+        """Whether the A/B's drop-in (under any of its names) is on disk or in ``loaded`` (systemd's DropInPaths)."""
+        return any(os.path.exists(path) or path in loaded.split() for path in self.all_dropins)
 
     @property
     def rollback_service(self) -> str:
@@ -198,7 +215,8 @@ def healthy(pid_before):
 
 def main():
     started = time.monotonic()
-    removed = [path for path in (CONFIG["dropin"], CONFIG["env_file"]) if remove(path)]
+    removed = [path for path in [CONFIG["dropin"]] + CONFIG.get("legacy_dropins", []) + [CONFIG["env_file"]]
+               if remove(path)]
     try:
         os.rmdir(CONFIG["dropin_dir"])
     except OSError:
@@ -239,7 +257,8 @@ if __name__ == "__main__":
 
 def render_rollback_script(paths: OverridePaths, python: str, url: str, health_timeout: int) -> str:
     config = json.dumps({
-        "unit": paths.unit, "dropin": paths.dropin, "dropin_dir": paths.dropin_dir, "env_file": paths.env_file,
+        "unit": paths.unit, "dropin": paths.dropin, "legacy_dropins": list(paths.legacy_dropins),
+        "dropin_dir": paths.dropin_dir, "env_file": paths.env_file,
         "script": paths.script, "meta": paths.meta, "state_dir": paths.state_dir,
         "url": url, "health_timeout": int(health_timeout),
     }, sort_keys=True)

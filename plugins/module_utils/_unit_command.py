@@ -7,7 +7,8 @@
 
 - the collection's own launchers (``llamacpp-serve-exec`` / ``vllm-serve-exec``, roles ``llamacpp_serve`` and
   ``vllm_serve``): form ``env``, the candidate is env layered over production's env file, as before;
-- llama-server run directly (``/opt/llama/bin/llama-server -m ... --port ...``): form ``exec``;
+- llama-server run directly (``/opt/llama/bin/llama-server -m ... --port ...``): form ``exec``; the same behind
+  ``env VAR=value`` / ``nice`` / ``taskset`` / ``numactl`` prefixes that exec it (kind ``prefixed``);
 - ``vllm serve MODEL ...`` and ``python -m vllm.entrypoints.openai.api_server ...``: form ``exec``;
 - any of those wrapped in ``podman run`` (``docker run``, docker compose and llama-swap are refused: the
   container or the server it starts runs outside the unit's cgroup, so the health gate cannot find it):
@@ -101,9 +102,51 @@ def _base(word: str) -> str:
 def _refuse(unit: str, why: str) -> CommandError:
     return CommandError(
         f"{unit}: {why}. Supported: llama-server, `vllm serve MODEL ...` or `python -m {VLLM_MODULE} ...` on the "
-        "unit's own ExecStart= line, any of those run by `podman run` with the server's arguments "
-        "after the image, or a unit deployed by role llmfleet.specdec.llamacpp_serve / vllm_serve. Put the server "
-        "on the unit's ExecStart= line (no shell, no wrapper script), or deploy it with role llamacpp_serve")
+        "unit's own ExecStart= line (env/nice/taskset/numactl in front included), any of those run by `podman run` "
+        "with the server's arguments after the image, a script or `sh -c` that execs the server, or a unit deployed "
+        "by role llmfleet.specdec.llamacpp_serve / vllm_serve. Put the server on the unit's ExecStart= line, or "
+        "deploy it with role llamacpp_serve")
+
+
+# Programs that set something up and exec the server in the same process (its MainPID becomes the server): short
+# options that take the next word as their value.
+_PREFIX_VALUE_SHORT = {"nice": "n", "taskset": "", "numactl": "CNmipPw", "env": ""}
+_PREFIX_NO_EXEC = {"taskset": ("-p", "--pid"), "numactl": ("-s", "--show", "-H", "--hardware")}
+
+
+def exec_prefix(argv: Sequence[str], unit: str = "the unit") -> Tuple[int, Dict[str, str]]:
+    """Index of the program that ``env``/``nice``/``taskset``/``numactl`` prefixes exec (0 when none), and the
+    variables ``env VAR=value`` sets; an option it cannot read exactly is refused."""
+    at, env = 0, {}
+    while at < len(argv) and _base(argv[at]) in _PREFIX_VALUE_SHORT:
+        program = _base(argv[at])
+        i = at + 1
+        while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+            word = argv[i]
+            if word in _PREFIX_NO_EXEC.get(program, ()) or program == "env":
+                raise _refuse(unit, f"`{program} {word}` is not a prefix this collection reads (write the "
+                                    f"{'variables as VAR=value' if program == 'env' else 'server after it'})")
+            takes = (word.startswith("--") and "=" not in word and program in ("nice", "numactl")
+                     and word not in ("--localalloc", "--all-tasks")) or \
+                (len(word) == 2 and word[1] in _PREFIX_VALUE_SHORT[program]) or (program == "taskset" and word == "-c")
+            i += 2 if takes and program != "taskset" else 1
+        i += 1 if i < len(argv) and argv[i] == "--" else 0
+        if program == "taskset":
+            i += 1  # the mask or CPU list
+        while program == "env" and i < len(argv) and "=" in argv[i]:
+            name, _eq, value = argv[i].partition("=")
+            env[name] = value
+            i += 1
+        at = i
+    return at, env
+
+
+def exec_tail(argv: Sequence[str]) -> List[str]:
+    """The command line the unit's process has once its prefixes exec'd the server."""
+    try:
+        return list(argv[exec_prefix(argv)[0]:])
+    except CommandError:
+        return list(argv)
 
 
 # ------------------------------------------------------------------ describe
@@ -314,11 +357,13 @@ def describe(argv: Sequence[str], env: Mapping[str, str] | None = None, backend:
         return {"form": "env", "kind": "launcher", "engine": launcher, "argv": argv, "launcher": argv[at],
                 "server_at": min(at + 2, len(argv)), "server_args": argv[at + 2:], "container": None,
                 "server_env": env}
-    found = _server_in(argv, 0, unit)
+    start, prefix_env = exec_prefix(argv, unit)
+    found = _server_in(argv, start, unit)
     if found:
         engine, at = found
-        return {"form": "exec", "kind": "direct", "engine": engine, "argv": argv, "launcher": None,
-                "server_at": at, "server_args": argv[at:], "container": None, "server_env": env}
+        return {"form": "exec", "kind": "prefixed" if start else "direct", "engine": engine, "argv": argv,
+                "launcher": None, "server_at": at, "server_args": argv[at:], "container": None,
+                "server_env": dict(env, **prefix_env)}
     refused = _REFUSED_RUNTIMES.get(_base(argv[0]))
     if refused and _base(argv[0]) == "docker" and len(argv) > 1 and argv[1] == "compose":
         refused = _REFUSED_RUNTIMES["docker-compose"]

@@ -7,7 +7,7 @@ An A/B candidate runs as the production unit itself, changed only by a transient
 
 - ``/run/llmfleet-specdec/<unit>/override.env`` (0600) holds the candidate's variables, each quoted by ``_envfile``
   so that systemd hands the process exactly the value given;
-- ``/run/systemd/system/<unit>.d/50-llmfleet-specdec.conf`` (0600) adds that file after the unit's own
+- ``/run/systemd/system/<unit>.d/zz-llmfleet-specdec.conf`` (0600) adds that file after the unit's own
   ``EnvironmentFile=`` (a later file wins), plus ``UnsetEnvironment=`` for variables the candidate drops;
 - ``/run/llmfleet-specdec/<unit>/rollback.py`` (0700) is a self-contained script that undoes both and restarts the
   unit; ``systemd-run --on-calendar=<now + N s>`` arms it as the transient timer ``specdec-rollback-<unit stem>.timer``.
@@ -61,7 +61,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import 
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     BRIDGE_PREFIX,
-    DROPIN_NAME,
     ROLLBACK_PREFIX,
     STATE_DIR_NAME,
     OverridePaths,
@@ -74,6 +73,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     service_name,
     unit_from_rollback_unit,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_wrapper import environ_mismatch, server_pid
 
 # llama.cpp's own defaults (common/common.h: hostname "127.0.0.1", port 8080).
 DEFAULT_HOST = "127.0.0.1"
@@ -383,8 +383,9 @@ class UnitOverride:
                     unit, self.run, effective_env(base, config), exec_start.argv, proc=self.proc.proc, run_dir=self.run_dir)
             except SpecdecError as exc:
                 raise UnitOverrideError(f"{exc}; nothing was written") from None
-        else:
-            host, port = endpoint_of(effective_env(base, config), unit)
+        else:  # a wrapper's server answers where its own command line says
+            host, port = live_unit.wrapper_endpoint(unit, self.run, effective_env(base, config), proc=self.proc.proc,
+                                                    run_dir=self.run_dir) or endpoint_of(effective_env(base, config), unit)
             prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
@@ -425,9 +426,12 @@ class UnitOverride:
         if plan.restart:
             try:
                 health = self.restart_and_wait(unit, host, port)
-                if not config_matches_environ(config, self.proc.environ(health["main_pid"])):
-                    raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but its "
-                                          "environment does not carry the candidate (was the override removed meanwhile?)")
+                server = server_pid(self.proc.proc, health["main_pid"], self.unit_info(unit).get("ControlGroup", ""))
+                unseen = environ_mismatch(config.assignments, config.unset, self.proc.environ(server))
+                if unseen:
+                    raise NotHealthyError(f"{unit}: pid {server} answers {health['url']} but does not see the "
+                                          f"candidate's variables ({'; '.join(unseen)}): a wrapper that sets them "
+                                          "itself, or the override removed meanwhile")
                 if not self.runs_command(health["main_pid"], exec_start, self.unit_info(unit)):
                     raise NotHealthyError(f"{unit}: pid {health['main_pid']} answers {health['url']} but does not run "
                                           f"the candidate's command line ({self.proc.describe(health['main_pid'])})")
@@ -508,9 +512,9 @@ class UnitOverride:
         return effective_env(self.base_env(paths), self.candidate_config(paths)[0])
 
     def found(self, paths: OverridePaths) -> List[str]:
-        items = [f"{label} {path}" for label, path in (("drop-in", paths.dropin), ("env file", paths.env_file),
-                                                       ("rollback script", paths.script), ("rollback meta", paths.meta))
-                 if os.path.exists(path)]
+        named = [*(("drop-in", path) for path in paths.all_dropins), ("env file", paths.env_file),
+                 ("rollback script", paths.script), ("rollback meta", paths.meta)]
+        items = [f"{label} {path}" for label, path in named if os.path.exists(path)]
         timer = self.deadman.state(paths)
         if timer["armed"]:
             due = f" (due in {timer['due_in']} s)" if timer["due_in"] is not None else ""
@@ -525,7 +529,7 @@ class UnitOverride:
         """Whether the unit may run something other than production now: our drop-in on disk or loaded, a change
         that did not finish, or a process carrying the candidate of the env file left in /run (one that cannot be
         read counts)."""
-        if os.path.exists(paths.dropin) or paths.dropin in info.get("DropInPaths", "").split():
+        if paths.dropin_in_place(info.get("DropInPaths", "")):
             return True
         if os.path.exists(paths.script):
             # A change that did not finish (its dead-man's script is still there): the process may run a candidate
@@ -612,7 +616,7 @@ class UnitOverride:
 
     def _remove_override(self, paths: OverridePaths, reload: bool) -> None:
         """The drop-in (what makes a restart start the candidate), then daemon-reload."""
-        _deadman.unlink(paths.dropin)
+        _deadman.unlink_all(paths.all_dropins)  # a former name's too
         _rmdir(paths.dropin_dir)
         if reload:
             self.sd.daemon_reload()
@@ -639,7 +643,7 @@ class UnitOverride:
         dropin_root = os.path.join(self.run_dir, "systemd", "system")
         if os.path.isdir(dropin_root):
             for name in os.listdir(dropin_root):
-                if name.endswith(".service.d") and os.path.exists(os.path.join(dropin_root, name, DROPIN_NAME)):
+                if name.endswith(".service.d") and override_paths(name[:-2], self.run_dir).dropin_in_place():
                     units.add(name[: -len(".d")])
         for prefix in (ROLLBACK_PREFIX, BRIDGE_PREFIX):
             for name in self.sd.list_units(prefix + "*"):

@@ -22,7 +22,11 @@ description:
     V(exec) for a hand-written unit that runs llama-server, C(vllm serve) or
     C(python -m vllm.entrypoints.openai.api_server), directly or with C(podman run) and the server's arguments
     after the image (C(docker run) is refused; its container runs outside the unit's cgroup).
-  - Anything else (a shell or wrapper script, a program it does not know, a C($VAR) the unit does not set, a
+  - A wrapper (a C(#!) script that ends in C(exec llama-server ...) or C(exec vllm serve ...), or C(sh -c '...'))
+    is read where its server runs - C(/proc/<MainPID>), or the one server process in the unit's control group -
+    and takes candidates in form V(env) (RV(serving_unit.kind=wrapper), RV(serving_unit.wrapper)). A wrapper unit
+    that is not running, or whose processes hold no server or two, fails naming it.
+  - Anything else (a program it does not know, a C($VAR) the unit does not set, a
     drop-in that sorts after the A/B drop-in and sets C(ExecStart=), quoting it cannot read exactly as systemd
     does) fails, naming the unit and what to change. Nothing on the host is changed, in or out of check mode.
 extends_documentation_fragment:
@@ -105,8 +109,18 @@ serving_unit:
       description: V(env) (the collection's launcher units) or V(exec) (a hand-written unit).
       type: str
     kind:
-      description: V(launcher), V(direct) or V(container).
+      description: >-
+        V(launcher), V(direct), V(prefixed) (the server exec'd by C(env VAR=value), C(nice), C(taskset) or
+        C(numactl) prefixes, whose variables are in RV(serving_unit.server_env)), V(container) or V(wrapper) (a
+        script or C(sh -c) that starts the server; its arguments and environment are read from the running server).
       type: str
+    wrapper:
+      description:
+        - For a wrapper unit - V(shape) (V(script) or V(shell)), V(pid) (the server's process), V(exec) (whether
+          the server is the unit's MainPID), V(server_argv) (its real command line) and V(set_by_wrapper) (the
+          server variables it sees with another value than the unit's environment gives, null for one it lacks).
+      type: dict
+      returned: when RV(serving_unit.kind) is V(wrapper)
     engine:
       description: V(llamacpp) or V(vllm).
       type: str

@@ -245,7 +245,7 @@ dropin:
   description: The drop-in under C(/run/systemd/system).
   returned: success, except with O(unit=*)
   type: str
-  sample: /run/systemd/system/llama-server.service.d/50-llmfleet-specdec.conf
+  sample: /run/systemd/system/llama-server.service.d/zz-llmfleet-specdec.conf
 rollback:
   description: The dead-man timer after the task (or the one check mode would arm).
   returned: with O(state=present) or O(state=confirmed)

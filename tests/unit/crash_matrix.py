@@ -648,7 +648,7 @@ def _end_state(host: Host, path: MatrixPath, start: Dict[str, Any]) -> Tuple[Opt
             continue
         env = host.fake.serving(name)
         if path.keeps is not None and env == dict(host.production_env(name), **path.keeps):
-            allowed |= {f for f in mine if f.endswith(("override.env", "50-llmfleet-specdec.conf"))}
+            allowed |= {f for f in mine if f.endswith(("override.env", "zz-llmfleet-specdec.conf"))}
             continue
         problems.append(f"{name} serves neither production nor its start state: {env}")
     left = [f for f in files if f not in allowed] + [f"unit {n}" for n in host.fake.loaded_transient()]

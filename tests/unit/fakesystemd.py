@@ -15,7 +15,8 @@ What it keeps of systemd's behaviour, because the crash matrix depends on it:
   service (the real script, as a program), honour ``ConditionPathExists=`` and are gone after, as on systemd 252;
   a name is taken while its timer or service is loaded (``systemd-run`` fails);
 - a started unit's process exists in the fake ``/proc``: environ, cgroup, stat, an fd on its listening socket in
-  ``net/tcp``; a stopped one's does not. An env with ``FAKE_FAIL_START=1`` fails to start;
+  ``net/tcp``; a stopped one's does not. An env with ``FAKE_FAIL_START=1`` fails to start; a unit's
+  ``wrapper_env`` (set in its state) is what a wrapper script exports before it execs the server, over the unit's;
 - a unit may have a unit file (``unit_file``): its ``Environment=`` and ``EnvironmentFile=`` lines count from
   the last ``daemon-reload`` on, like drop-ins (with ``fragment``, ``FragmentPath`` names it, so that
   ``_serving_unit.read_unit`` reads it); a unit may run a ``binary`` (a path through a link such as a
@@ -301,6 +302,7 @@ class FakeSystemd:
             unit.update(active="failed", pid=0, result="exit-code")
             st["journal"].append(f"{name}: start failed ({'FAKE_FAIL_START' if exe is None else exe})")
             return
+        env.update(unit.get("wrapper_env") or {})  # a wrapper script that exports these before it execs the server
         port = int(env.get("LLAMA_ARG_PORT", "8080"))
         pid = self._spawn(st, name, port, env, exe)
         unit.update(active="active", pid=pid, result="success")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -468,13 +469,14 @@ def test_a_unit_an_ab_holds_is_refused_naming_the_run_and_nothing_changes(tmp_pa
     assert not [c for c in host.changing() if c[:2] == ["systemctl", "restart"]]
 
 
-def test_a_live_override_is_refused_naming_it_and_the_guard_is_given_back(tmp_path: Path, host: Host) -> None:
+@pytest.mark.parametrize("name", ["zz-llmfleet-specdec.conf", "50-llmfleet-specdec.conf"])  # the name, the former
+def test_a_live_override_is_refused_naming_it_and_the_guard_is_given_back(tmp_path: Path, host: Host, name: str) -> None:
     dropin = tmp_path / "run" / "systemd" / "system" / (UNIT + ".d")
     dropin.mkdir(parents=True)
-    (dropin / "50-llmfleet-specdec.conf").write_text("[Service]\n")
+    (dropin / name).write_text("[Service]\n")
     from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths
-    assert override_paths(UNIT, str(tmp_path / "run")).dropin == str(dropin / "50-llmfleet-specdec.conf")
-    with pytest.raises(act.ActivateError, match=r"live override of unit_override \(drop-in .*50-llmfleet-specdec.conf"):
+    assert str(dropin / name) in override_paths(UNIT, str(tmp_path / "run")).all_dropins
+    with pytest.raises(act.ActivateError, match=r"live override of unit_override \(drop-in .*" + re.escape(name)):
         _activation(tmp_path, host).activate(_params(host, tmp_path))
     assert host.current == "old-cpu" and not host.canary_specs and not host.timer_armed
     assert not (tmp_path / "state" / "locks" / "llama-server.json").exists()

@@ -279,11 +279,14 @@ def test_query_changes_nothing_and_says_who_holds_the_unit(tmp_path: Path) -> No
     assert not stale["held"] and stale["stale"] and "expired at" in stale["why"]
     armed_stale = hs.query(q, run=armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
     assert armed_stale["held"] and armed_stale["override_live"]
-    dropin = run_dir / "systemd" / "system" / "llama-server.service.d" / "50-llmfleet-specdec.conf"
+    dropin = run_dir / "systemd" / "system" / "llama-server.service.d" / "zz-llmfleet-specdec.conf"
     dropin.parent.mkdir(parents=True)
     dropin.write_text("[Service]\n")
     live = hs.query(q, run=not_armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
     assert live["override_live"] and live["override"] == [f"drop-in {dropin}"]
+    dropin.rename(dropin.with_name("50-llmfleet-specdec.conf"))  # a host that still carries the former name
+    legacy = hs.query(q, run=not_armed, now=lambda: T0 + 5000, run_dir=str(run_dir))
+    assert legacy["override_live"] and legacy["override"] == [f"drop-in {dropin.with_name('50-llmfleet-specdec.conf')}"]
     assert lock_file(tmp_path).read_bytes() == before
 
 

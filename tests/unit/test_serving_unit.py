@@ -6,6 +6,8 @@ temporary directory); molecule/units runs the same reading against a real system
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,10 @@ def test_a_hand_written_unit_with_env_files_drop_ins_and_expansion(tmp_path: Pat
     assert u["exec_start_source"].endswith("llama.service line 9")
 
 
-def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path) -> None:
-    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+@pytest.mark.parametrize("name", ["zz-llmfleet-specdec.conf", "50-llmfleet-specdec.conf"])
+def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path, name: str) -> None:
+    # the A/B's drop-in under its name and under the former one a host may still carry
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / name
     ab.parent.mkdir(parents=True)
     ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} --candidate\n")
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
@@ -97,13 +101,13 @@ def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path) -> N
 @pytest.mark.parametrize("unit_text, dropins, says", [
     (f"[Service]\nExecStart={LLAMA} -m $MODEL\n", {}, r"uses \$MODEL, which the unit's Environment="),
     (f"[Service]\nEnvironment=M=/m\nExecStart={LLAMA} -m $M/t.gguf\n", {}, r"drops the whole word; write \$\{M\}"),
-    ("[Service]\nExecStart=/bin/bash -c 'exec llama-server'\n", {}, "wrapper around the server"),
+    ("[Service]\nExecStart=/bin/bash -c 'exec llama-server'\n", {}, r"runs a wrapper .* is not running\. Start it"),
     (f"[Service]\nExecStart={LLAMA} 'unclosed\n", {}, "unbalanced quoting"),
     (f"[Service]\nExecStart={LLAMA} -m %q\n", {}, "specifier %q"),
     (f"[Service]\nType=oneshot\nExecStart={LLAMA}\nExecStart={LLAMA}\n", {}, "runs 2 ExecStart= commands"),
     ("[Service]\nEnvironmentFile=/nonexistent.env\nExecStart=/x\n", {}, "does not exist, so systemd would not"),
-    (f"[Service]\nExecStart={LLAMA}\n", {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -t 2\n"},
-     "rename it to sort before 50-llmfleet-specdec.conf"),
+    (f"[Service]\nExecStart={LLAMA}\n", {"zzz-mine.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -t 2\n"},
+     "rename it to sort before zz-llmfleet-specdec.conf"),
     (f"[Service]\nExecStart=@{LLAMA} name -m /a\n", {}, "another argv"),
     ("[Unit]\nDescription=no exec\n", {}, "has no ExecStart"),
 ])
@@ -147,9 +151,19 @@ def test_the_module_is_read_only_and_fails_for_a_required_unit(monkeypatch: pyte
     assert out["changed"] is False and out["serving_unit"]["installed"] is False
 
 
+def test_a_unit_customised_with_systemctl_edit_is_adopted_with_its_override(tmp_path: Path) -> None:
+    # systemctl edit's override.conf sorts before the A/B's drop-in: its ExecStart= is production's, and each
+    # candidate's (written later) replaces it
+    assert "override.conf" < su.DROPIN_NAME and "99-local.conf" < su.DROPIN_NAME
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
+                          {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a -t 2\n"})
+    u = read(tmp_path, systemd)
+    assert u["argv"] == [LLAMA, "-m", "/a", "-t", "2"] and u["override_active"] is False
+
+
 def test_systemd_is_not_asked_while_the_ab_drop_in_or_unreloaded_files_are_loaded(tmp_path: Path) -> None:
     # systemctl show then has the candidate's (or the old) ExecStart=: the files are the truth, read as production
-    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / "50-llmfleet-specdec.conf"
+    ab = tmp_path / "run" / "systemd" / "system" / "llama.service.d" / su.DROPIN_NAME
     ab.parent.mkdir(parents=True)
     ab.write_text(f"[Service]\nExecStart=\nExecStart={LLAMA} -m /a --spec-draft-n-max 1\n")
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n", show_argv=f"{LLAMA} -m /a --spec-draft-n-max 1")
@@ -341,3 +355,44 @@ def test_on_the_fake_host_a_hand_edit_is_pending_until_the_operator_restarts(tmp
     host.run(["systemctl", "daemon-reload"])
     host.run(["systemctl", "restart", "llama-server.service"])
     assert now() == {"compared": True, "why": None, "differences": []}
+
+
+def test_a_prefixed_server_is_found_on_real_proc_with_the_prefix_s_environment(tmp_path: Path) -> None:
+    # a real child started as a unit would start it: env, nice and taskset exec the "server" (a copy of sleep
+    # named llama-server), so its /proc/<pid>/cmdline is the server's own and its environ carries env's variable
+    server = tmp_path / "llama-server"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", server)
+    argv = ["env", "SPECDEC_PREFIX_TEST=1", "nice", "-n", "1", "taskset", "-c", "0", str(server), "60"]
+    child = subprocess.Popen([shutil.which(argv[0]) or "/usr/bin/env", *argv[1:]])
+    try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        for _ in range(500):  # until the prefixes have exec'd the server (no timing asserted)
+            if cmdline.read_bytes().split(b"\0")[0] == str(server).encode():
+                break
+            subprocess.run(["true"], check=False)
+        assert su.cmdline_matches("/proc", child.pid, argv) is True
+        assert su.cmdline_matches("/proc", child.pid, [*argv[:-1], "61"]) is False
+        environ = Path(f"/proc/{child.pid}/environ").read_bytes().split(b"\0")
+        assert b"SPECDEC_PREFIX_TEST=1" in environ
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_unit_with_exec_prefixes_is_adopted_in_form_exec(tmp_path: Path) -> None:
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart=/usr/bin/env GGML_X=1 /usr/bin/nice -n 5 {LLAMA} -m /a\n")
+    u = read(tmp_path, systemd)
+    assert (u["form"], u["kind"], u["server_args"]) == ("exec", "prefixed", ["-m", "/a"])
+    assert u["server_env"]["GGML_X"] == "1"
+
+
+def test_a_prefixed_unit_that_runs_what_its_files_say_has_no_pending_change(tmp_path: Path) -> None:
+    # env/nice exec'd the server: its cmdline is the server's words, its environ carries env's variable
+    unit = ("[Service]\nEnvironment=LLAMA_ARG_PORT=9090\n"
+            f"ExecStart=/usr/bin/env LLAMA_ARG_THREADS=4 /usr/bin/nice -n 5 {LLAMA} -m /a\n")
+    _process(tmp_path, 42, [LLAMA, "-m", "/a"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "4"})
+    assert pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42)) == {"compared": True, "why": None, "differences": []}
+    _process(tmp_path, 42, [LLAMA, "-m", "/b"], {"LLAMA_ARG_PORT": "9090", "LLAMA_ARG_THREADS": "8"})
+    got = pending(tmp_path, FakeSystemd(tmp_path, unit, pid=42))
+    assert [d["what"] for d in got["differences"]] == ["command line", "environment"]
+    assert got["differences"][1]["detail"] == "LLAMA_ARG_THREADS: running '8', next start '4'"

@@ -50,7 +50,7 @@ def test_override_paths_and_the_rollback_unit_round_trip() -> None:
     p = sd.override_paths("llama@qwen.service", run_dir="/run")
     assert p.env_file == "/run/llmfleet-specdec/llama@qwen.service/override.env"
     assert p.script == "/run/llmfleet-specdec/llama@qwen.service/rollback.py"
-    assert p.dropin == "/run/systemd/system/llama@qwen.service.d/50-llmfleet-specdec.conf"
+    assert p.dropin == "/run/systemd/system/llama@qwen.service.d/zz-llmfleet-specdec.conf"
     assert p.timer == "specdec-rollback-llama@qwen.timer"
     assert p.rollback_service == "specdec-rollback-llama@qwen.service"
     assert sd.unit_from_rollback_unit(p.timer) == "llama@qwen.service"
@@ -284,7 +284,7 @@ def test_rollback_script_restores_with_the_controller_gone(tmp_path: Path, statu
         paths = sd.override_paths("llama-server.service", run_dir=str(tmp_path / "run"))
         for directory in (paths.state_dir, paths.dropin_dir):
             os.makedirs(directory)
-        for path in (paths.env_file, paths.dropin, paths.meta):
+        for path in (paths.env_file, paths.dropin, *paths.legacy_dropins, paths.meta):  # a former name's too
             Path(path).write_text("x\n")
         url = f"http://127.0.0.1:{server.server_port}/health"
         Path(paths.script).write_text(sd.render_rollback_script(paths, sys.executable, url, 2 if status != 200 else 10))
@@ -294,7 +294,8 @@ def test_rollback_script_restores_with_the_controller_gone(tmp_path: Path, statu
         server.shutdown()
     assert proc.returncode == rc, proc.stdout + proc.stderr
     assert said in proc.stdout
-    assert not any(os.path.exists(p) for p in (paths.dropin, paths.env_file, paths.script, paths.meta, paths.dropin_dir))
+    assert paths.legacy_dropins and not any(os.path.exists(p) for p in (
+        *paths.all_dropins, paths.env_file, paths.script, paths.meta, paths.dropin_dir))
     calls = (tmp_path / "calls").read_text().splitlines()
     assert "systemctl daemon-reload" in calls and "systemctl restart llama-server.service" in calls
     assert calls.index("systemctl daemon-reload") < calls.index("systemctl restart llama-server.service")
@@ -714,6 +715,8 @@ def test_leftover_units_come_from_state_dirs_dropins_and_timers(tmp_path: Path) 
     (run / "llmfleet-specdec" / "a.service").mkdir(parents=True)
     (run / "systemd" / "system" / "b.service.d").mkdir(parents=True)
     (run / "systemd" / "system" / "b.service.d" / sd.DROPIN_NAME).write_text("[Service]\n")
+    (run / "systemd" / "system" / "d.service.d").mkdir(parents=True)  # the drop-in's former name
+    (run / "systemd" / "system" / "d.service.d" / "50-llmfleet-specdec.conf").write_text("[Service]\n")
     (run / "systemd" / "system" / "other.service.d").mkdir(parents=True)
     (run / "systemd" / "system" / "other.service.d" / "10-someone-else.conf").write_text("[Service]\n")
 
@@ -724,7 +727,7 @@ def test_leftover_units_come_from_state_dirs_dropins_and_timers(tmp_path: Path) 
             return super().__call__(argv)
 
     manager = uo.UnitOverride(run=Timers({}), run_dir=str(run), proc=str(_fake_proc(tmp_path, {})))
-    assert manager.leftover_units() == ["a.service", "b.service", "c@x.service"]
+    assert manager.leftover_units() == ["a.service", "b.service", "c@x.service", "d.service"]
 
 
 # ------------------------------------------------------------------ the interpreter root's timer runs

@@ -41,7 +41,8 @@ def test_forms(argv: list[str], form: str, kind: str, engine: str, server_at: in
 
 @pytest.mark.parametrize("argv, says", [
     (["/bin/sh", "-c", "llama-server -m x"], "wrapper"),
-    (["/usr/bin/env", "LLAMA_ARG_X=1", LLAMA], "wrapper"),
+    (["/usr/bin/stdbuf", "-oL", LLAMA], "wrapper"),
+    (["/usr/bin/nice", "-n", "5", "/opt/run-llama.sh"], "wrapper"),
     (["/opt/run-llama.sh"], "not llama-server"),
     (["/usr/bin/python3", "-c", "import x"], "inline code"),
     (["/opt/vllm/bin/vllm", "bench"], "not `vllm serve`"),
@@ -285,3 +286,29 @@ def test_a_containers_paths_are_read_on_the_host_through_its_bind_mounts() -> No
     assert r["host_argv"][:4] == ["-m", "/srv/models/t.gguf", "-md", "/srv/d/x.gguf"]  # what the host reads
     assert r["effective_env"]["LLAMA_ARG_MODEL"] == "/srv/models/t.gguf"
     assert uc.host_path("/modelsX/a", [["/srv", "/models"]]) == "/modelsX/a"
+
+
+@pytest.mark.parametrize("prefix, env", [
+    (["/usr/bin/env", "CUDA_VISIBLE_DEVICES=1", "GGML_CUDA_NO_PINNED=1"],
+     {"CUDA_VISIBLE_DEVICES": "1", "GGML_CUDA_NO_PINNED": "1"}),
+    (["/usr/bin/nice", "-n", "5", "/usr/bin/taskset", "-c", "0-7", "/usr/bin/numactl", "--cpunodebind=0", "-m", "0"],
+     {}),
+    (["nice", "-5", "env", "A=1", "taskset", "0xff"], {"A": "1"}),
+])
+def test_exec_prefixes_are_read_and_a_candidate_keeps_them(prefix: list[str], env: dict) -> None:
+    d = uc.describe([*prefix, *HAND], {"B": "2"}, None, "u")
+    assert (d["form"], d["kind"], d["engine"], d["server_at"]) == ("exec", "prefixed", "llamacpp", len(prefix) + 1)
+    assert d["server_env"] == dict(env, B="2")
+    assert uc.exec_tail(d["argv"]) == HAND  # what the unit's process runs once the prefixes exec'd the server
+    out = uc.apply_candidate(d, {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "5"}, [], "d5", "u")
+    assert out["argv"][:len(prefix)] == prefix and out["argv"][len(prefix)] == LLAMA
+    assert out["argv"][out["argv"].index("--spec-draft-n-max") + 1] == "5" and "3" not in out["server_args"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["/usr/bin/env", "-i", "A=1", LLAMA], r"`env -i` is not a prefix"),
+    (["/usr/bin/taskset", "-p", "0xff", "42"], r"`taskset -p` is not a prefix"),
+])
+def test_prefixes_that_do_not_simply_exec_the_server_are_refused(argv: list[str], says: str) -> None:
+    with pytest.raises(uc.CommandError, match=says):
+        uc.describe(argv, {}, None, "u")

@@ -73,9 +73,10 @@ def test_a_running_candidate_is_recognised_by_its_command_line(tmp_path: Path) -
 
 
 def test_a_drop_in_that_would_outrank_the_candidate_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    host = _hand_written(tmp_path, dropins={"override.conf": "[Service]\nExecStart=\nExecStart=" + LLAMA + " -t 2\n"})
+    # systemctl edit's override.conf sorts before the A/B's drop-in; only a name past it is refused
+    host = _hand_written(tmp_path, dropins={"zzz-local.conf": "[Service]\nExecStart=\nExecStart=" + LLAMA + " -t 2\n"})
     manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "cmdline": PRODUCTION}})
-    with pytest.raises(sd.UnitOverrideError, match=r"override\.conf sets ExecStart= and sorts after"):
+    with pytest.raises(sd.UnitOverrideError, match=r"zzz-local\.conf sets ExecStart= and sorts after"):
         manager.present("llama-server.service", envfile.EnvConfig((), ()), 600, es.check_exec_start(CANDIDATE))
     assert host.changing_calls() == [] and not (tmp_path / "run").exists()
 
