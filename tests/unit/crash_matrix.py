@@ -43,8 +43,10 @@ from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import env_config_from_mapping  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_deploy import UnitDeploy  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_changes  # noqa: E402
@@ -73,22 +75,34 @@ class Faults:
     """Counts an operation's host-changing steps and kills it before step ``kill_at`` (1-based); or, with
     ``controller_at``, lets the module at that step run on and starts no later task (``Host.task``)."""
 
-    def __init__(self, kill_at: Optional[int] = None, controller_at: Optional[int] = None) -> None:
+    def __init__(self, kill_at: Optional[int] = None, controller_at: Optional[int] = None,
+                 clock: Optional[Callable[[], float]] = None, tasks_only: bool = False) -> None:
         self.kill_at = kill_at
         self.controller_at = controller_at
         self.labels: List[str] = []
         self.dead = False
         self.controller_dead = False
+        self.clock = clock
+        self.cut_at: Optional[float] = None  # when the fault came (the host's clock), None without one
+        self.tasks_only = tasks_only  # only task starts are points (a whole play; its modules' steps are elsewhere)
 
-    def step(self, label: str) -> None:
+    def step(self, label: str, task: bool = False) -> None:
         if self.dead:
             raise Killed(label)
+        if self.tasks_only and not task:
+            return
         self.labels.append(label)
         if self.controller_at is not None and len(self.labels) == self.controller_at:
             self.controller_dead = True
+            self._cut()
         if self.kill_at is not None and len(self.labels) == self.kill_at:
             self.dead = True
+            self._cut()
             raise Killed(label)
+
+    def _cut(self) -> None:
+        if self.clock is not None and self.cut_at is None:
+            self.cut_at = self.clock()
 
 
 _MUTATING = {"restart", "start", "stop", "daemon-reload", "reset-failed"}
@@ -119,8 +133,13 @@ class Host:
     """One fake host (units, /proc, /run, a lock directory) and the factories a path needs."""
 
     def __init__(self, root: Path, units: Sequence[str] = (UNIT,), unit_files: bool = False,
-                 binary_under: Optional[str] = None) -> None:
+                 binary_under: Optional[str] = None, real_unit: bool = False) -> None:
         binary = str(root / binary_under / "current" / "bin" / "llama-server") if binary_under else None
+        if real_unit and binary is None:  # a unit file that runs a server binary, as serving_unit_info reads one
+            binary = str(root / "opt" / "llama-server")
+            Path(binary).parent.mkdir(parents=True, exist_ok=True)
+            Path(binary).write_bytes(b"\x7fELF")
+            Path(binary).chmod(0o755)
         self.root = root
         self.fake = FakeSystemd(root)
         self.servers = {name: HealthServer.get(index, self.fake) for index, name in enumerate(units)}
@@ -130,14 +149,17 @@ class Host:
             env.parent.mkdir(parents=True, exist_ok=True)
             env.write_text(f"LLAMA_ARG_PORT={server.port}\nLLAMA_ARG_MODEL=/m/target.gguf\n")
             specs[name] = {"env_files": [str(env)]}
-            if unit_files:  # a unit file of its own, as role llamacpp_serve writes one (what the model reads of it)
+            if unit_files or real_unit:  # a unit file of its own, as role llamacpp_serve writes one
                 unit_file = root / "etc" / "systemd" / name
                 unit_file.parent.mkdir(parents=True, exist_ok=True)
-                unit_file.write_text(f"[Service]\nEnvironmentFile={env}\nExecStart=/usr/bin/python3 /launcher\n")
+                # real_unit: ExecStart= the binary the fake process runs, so serving_unit_info compares it
+                command = f"{binary} --port {server.port}" if real_unit else "/usr/bin/python3 /launcher"
+                unit_file.write_text(f"[Service]\nEnvironmentFile={env}\nExecStart={command}\n")
                 specs[name]["unit_file"] = str(unit_file)
+                specs[name]["fragment"] = real_unit
             if binary:
                 specs[name]["binary"] = binary
-        if binary:
+        if binary_under:
             self.build_host(Path(binary).parents[2])
         self.fake.create(specs)
         self.state_dir = str(root / "state")
@@ -158,7 +180,7 @@ class Host:
 
     def task(self, label: str, call: Callable[[], Any]) -> Any:
         """One task of a play: its start is a step boundary; a controller that is gone starts no task."""
-        self.faults.step(label)
+        self.faults.step(label, task=True)
         if self.faults.controller_dead:
             raise ControllerGone(label)
         return call()
@@ -221,6 +243,9 @@ class MatrixPath:
     lock_expires: int = LOCK_EXPIRES  # the operation's own lock, if it takes one
     host: Dict[str, Any] = field(default_factory=dict)  # how the fake host is made (``Host`` keywords)
     check: Optional[Callable[[Host], List[str]]] = None  # what else must hold at the end (files, links, records)
+    tasks_only: bool = False  # a whole play: only its tasks' starts are points (its modules' steps have their rows)
+    pending_start: bool = False  # starts with a change on disk that does not run (it may stay pending, untouched)
+    finding: Optional[str] = None  # a known way this path fails (docs/crash-matrix.md names it; a test pins it)
 
 
 def _from_production(host: Host) -> None:
@@ -268,9 +293,9 @@ PATHS: List[MatrixPath] = [
 ]
 
 
-def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
-    """A/B x A/B: a second run (run-2) tries to take the unit right at each cut of ``path`` (run-1's step): it must
-    be refused while run-1's lock lives or its dead-man is armed (the cut run's candidate may still serve)."""
+def _at_each_cut(path: MatrixPath, name: str, second: Callable[[Host], List[str]]) -> MatrixPath:
+    """Two plays on one unit: ``second`` (another play, whole, on a host whose faults are spent) starts right at
+    each cut of ``path``; what it returns are problems (it got the unit, or it changed something while refused)."""
     seen: List[str] = []
 
     def operation(host: Host) -> Any:
@@ -280,11 +305,7 @@ def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
         finally:
             faults, host.faults = host.faults, Faults()
             try:
-                host.lock("run-2")
-                seen.append("a second A/B took the unit's lock at the cut of the first")
-                host.unlock("run-2")
-            except hs.LockHeldError:
-                pass
+                seen.extend(second(host))
             finally:
                 host.faults = faults
 
@@ -292,6 +313,21 @@ def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
         return (path.check(host) if path.check is not None else []) + list(seen)
 
     return replace(path, name=name, operation=operation, check=check)
+
+
+def _second_run(host: Host) -> List[str]:
+    try:
+        host.lock("run-2")
+    except hs.LockHeldError:
+        return []
+    host.unlock("run-2")
+    return ["a second A/B took the unit's lock at the cut of the first"]
+
+
+def _second_ab(path: MatrixPath, name: str) -> MatrixPath:
+    """A/B x A/B: a second run (run-2) tries to take the unit right at each cut of ``path`` (run-1's step): it must
+    be refused while run-1's lock lives or its dead-man is armed (the cut run's candidate may still serve)."""
+    return _at_each_cut(path, name, _second_run)
 
 
 PATHS += [
@@ -594,6 +630,112 @@ PLAYS: List[MatrixPath] = [
 ]
 PATHS += PLAYS
 
+# ------------------------------------------------------------------ two plays on one unit: A/B x promote, A/B x deploy
+#
+# The second play starts right at each cut of the first (the first one's faults spent), as the playbooks in main
+# have it: promote.yml and deploy.yml ask require_unit_free.yml (ab_lock state=query) and then
+# require_start_from_running.yml before anything, and take the unit's lock for their vehicle (promote.yml itself,
+# the roles' tasks/files.yml for a redeploy); role spec_ab asks serving_unit_info (start_from_running) and then
+# takes the lock. A deploy's redeploy of a changed env file is promote.yml's vehicle without the record: the
+# deploy x A/B rows cut the other vehicle, unit_deploy.
+
+
+class Refused(UnitOverrideError):
+    """A play stopped before its first change: the unit is busy, or a change waits on disk."""
+
+
+def _lock_file(host: Host) -> Path:
+    return Path(hs.lock_paths(host.state_dir, UNIT)[0])
+
+
+def _snapshot(host: Host) -> Any:
+    """What a refused play must leave as it found it: /run, the env file, the unit's process, timers, the lock."""
+    lock = _lock_file(host)
+    return (_run_files(host), _env_path(host).read_text(), _unit_state(host, UNIT), host.fake.loaded_transient(),
+            lock.read_text() if lock.exists() else None)
+
+
+def _require_unit_free(host: Host) -> None:
+    """playbooks/tasks/require_unit_free.yml: refused while a run holds the unit's lock or an override is live."""
+    free = hs.query({"unit": UNIT, "state_dir": host.state_dir}, run=host.fake.run, now=host.fake.now,
+                    proc=str(host.fake.proc), run_dir=str(host.fake.run_dir))
+    if free["held"] or free["override_live"]:
+        raise Refused(f"{UNIT} is busy: {free['why'] or '; '.join(free['override'])}")
+
+
+def _start_from_running(host: Host, force: bool = False) -> str:
+    """serving_unit_info start_from_running=true (require_start_from_running.yml, role spec_ab): what a restart would
+    start that does not run, refused unless forced (then it is named in the play's record)."""
+    try:
+        live = su.read_unit(UNIT, host.fake.run, proc=str(host.fake.proc), run_dir=str(host.fake.run_dir),
+                            specifiers=lambda unit, fragment: {})
+    except SpecdecError as exc:
+        raise Refused(str(exc)) from None
+    pending = su.pending_changes(live, proc=str(host.fake.proc))
+    if pending["differences"] and not force:
+        raise Refused(su.refuse_pending(UNIT, pending))
+    return su.pending_text(pending)
+
+
+def _promote_and_deploy(host: Host) -> List[str]:
+    """A promote play and a deploy play (a changed env file through the vehicle), each from its start."""
+    problems = []
+    for name, play in (("promote.yml", _vehicle_play(PROMOTED, "promote-2", record=True)),
+                       ("deploy.yml", _vehicle_play(PROMOTED, "deploy-2", record=False))):
+        before = _snapshot(host)
+        try:
+            _require_unit_free(host)
+            _start_from_running(host)
+            play(host)
+        except (Refused, hs.LockHeldError):
+            if _snapshot(host) != before:
+                problems.append(f"{name}, refused, changed the host")
+            continue
+        except SpecdecError as exc:
+            problems.append(f"{name} went ahead at the cut and failed: {exc}")
+            continue
+        problems.append(f"{name} went ahead at the cut")
+    return problems
+
+
+def _pending(host: Host) -> str:
+    """What of the first play may still act or wait: files of ours in /run, timers, a change on disk not running."""
+    what = []
+    files = sorted(_run_files(host))
+    if files:
+        what.append("in /run: " + ", ".join(files))
+    if host.fake.loaded_transient():
+        what.append("loaded: " + ", ".join(host.fake.loaded_transient()))
+    if host.fake.serving(UNIT) != host.fake.env_on_disk(UNIT):
+        what.append("what runs differs from its files on disk")
+    return "; ".join(what)
+
+
+def _ab_start(host: Host) -> List[str]:
+    """An A/B's start (serving_unit_info start_from_running, then the lock): kept off while anything is pending."""
+    pending = _pending(host)
+    try:
+        _start_from_running(host)
+        host.lock("ab-2")
+    except (Refused, hs.LockHeldError):
+        return []
+    host.unlock("ab-2")
+    return [f"an A/B took the unit's lock while the first play left {pending}"] if pending else []
+
+
+_REAL = {"real_unit": True}  # serving_unit_info reads the unit file (the second play's start-from-running check)
+INTERLEAVED: List[MatrixPath] = [
+    _at_each_cut(replace(PATHS[0], host=_REAL), "A/B x promote, A/B x deploy: each at every cut of a candidate switch "
+                 "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
+    _at_each_cut(replace(PATHS[3], host=_REAL), "A/B x promote, A/B x deploy: each at every cut of a baseline slot "
+                 "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
+    _at_each_cut(replace(PLAYS[0], host=_REAL), "promote x A/B: an A/B at every cut of promote.yml "
+                 "(kept off while its lock lives or a change is pending)", _ab_start),
+    _at_each_cut(replace(PLAYS[4], host=_REAL), "deploy x A/B: an A/B at every cut of a unit file's redeploy "
+                 "(kept off while its lock lives or a change is pending)", _ab_start),
+]
+PATHS += INTERLEAVED
+
 
 @dataclass
 class Cell:
@@ -637,6 +779,8 @@ def _end_state(host: Host, path: MatrixPath, start: Dict[str, Any]) -> Tuple[Opt
     for name in path.units:
         if host.serves_production(name):
             waiting = host.fake.env_on_disk(name)
+            if path.pending_start and waiting == start["disk"][name]:
+                continue  # the operator's own change, pending since before the play, left as it was
             if waiting != host.fake.serving(name):
                 problems.append(f"{name} serves {host.fake.serving(name)} but its files on disk would start {waiting} "
                                 "(a change that never answered health waits for the next restart)")
@@ -666,10 +810,12 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
     try:
         path.setup(host)
         before = host.fake.state()
-        start = {"units": {name: _unit_state(host, name) for name in path.units}, "files": _run_files(host)}
+        start = {"units": {name: _unit_state(host, name) for name in path.units}, "files": _run_files(host),
+                 "disk": {name: host.fake.env_on_disk(name) for name in path.units}}
         started = host.fake.now()
         controller = column == "controller killed"
-        host.faults = Faults(None if controller else kill_at, kill_at if controller and path.tasks else None)
+        host.faults = Faults(None if controller else kill_at, kill_at if controller and path.tasks else None,
+                             clock=host.fake.now, tasks_only=path.tasks_only)
         died = failed = gone = False
         try:
             path.operation(host)
@@ -680,6 +826,8 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
         except UnitOverrideError:
             failed = True
         labels = list(host.faults.labels)
+        if host.faults.cut_at is not None:
+            started = host.faults.cut_at  # a play that ran a while before its cut: the dead-man counts from the cut
         host.faults = Faults()
         problems: List[str] = []
         if failed and not path.expect_failure:
@@ -880,7 +1028,14 @@ Two plays interleaved on one unit: **A/B x build** (the build switch comes while
 the A/B's lock: refused before it changes anything) and **build x A/B** (an A/B starts right at each cut of a build
 switch: it must not get the unit's lock while the switch's record or its dead-man is pending).
 **A/B x A/B**: a second run tries to take the unit at each cut of a candidate switch and of a baseline slot
-(refused while the first run's lock lives). One start state that is not production's: an activation killed at
+(refused while the first run's lock lives). **A/B x promote, A/B x deploy**: at each cut of a candidate switch and
+of a baseline slot, `promote.yml` and then `deploy.yml` (a changed env file) start from their first task, as main
+has them (`require_unit_free.yml`, then `require_start_from_running.yml`, then the lock for the vehicle): each is
+refused and leaves /run, the env file, the unit's process, the timers and the lock as it found them.
+**promote x A/B, deploy x A/B**: an A/B starts (its start-from-running check, then the lock) at each cut of
+`promote.yml` and of a unit file's redeploy (`unit_deploy`; an env file's redeploy is promote's vehicle without
+the record); it must not get the unit while the play's lock lives or anything of it is pending (a file of ours in
+/run, a timer, a change on disk that does not run). One start state that is not production's: an activation killed at
 its restart (`current` moved, the unit not restarted, its
 record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
 

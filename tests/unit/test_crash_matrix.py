@@ -142,3 +142,47 @@ def test_a_second_ab_never_gets_the_unit_at_a_cut_of_the_first(rows: List[Any], 
     ours = [point for path, point, _c in rows if path == name]
     assert ours and ours == [point for path, point, _c in rows if path == first]  # every cut of the first run
     assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]
+
+
+@pytest.mark.parametrize(("second", "first"), [
+    ("A/B x promote, A/B x deploy: each at every cut of a candidate switch", "A/B candidate switch, from production"),
+    ("A/B x promote, A/B x deploy: each at every cut of a baseline slot",
+     "baseline slot after a candidate (absent restart=true)"),
+    ("promote x A/B", "promote.yml (lock, override, commit"),
+    ("deploy x A/B: an A/B at every cut of a unit file's redeploy", "deploy: redeploy of a changed unit file"),
+])
+def test_a_play_that_starts_at_any_cut_of_another_never_gets_the_unit(rows: List[Any], second: str, first: str) -> None:
+    name = next(p.name for p in cm.PATHS if p.name.startswith(second))
+    first_name = next(p.name for p in cm.PATHS if p.name.startswith(first))
+    ours = [point for path, point, _c in rows if path == name]
+    assert ours and ours == [point for path, point, _c in rows if path == first_name]  # every cut of the first play
+    assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]
+
+
+def test_the_second_plays_see_a_unit_left_unguarded(tmp_path: Path) -> None:
+    """What the interleaved rows rely on can fail: with no lock held, an override live keeps promote and deploy off
+    (require_unit_free.yml) but not an A/B, whose start takes a free lock: that is reported."""
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        host.manager().present(cm.UNIT, cm._config(cm.CANDIDATE_A), cm.ROLLBACK_AFTER)  # no lock taken
+        before = cm._snapshot(host)
+        assert cm._promote_and_deploy(host) == []  # refused: the override is live
+        assert cm._snapshot(host) == before
+        problems = cm._ab_start(host)
+        assert len(problems) == 1 and "override.env" in problems[0] and "specdec-rollback-llama-server" in problems[0]
+        with pytest.raises(cm.Refused, match="is busy: held by"):  # the A/B's lock taken meanwhile: promote is told who
+            host.lock("run-1")
+            cm._require_unit_free(host)
+    finally:
+        host.close()
+
+
+def test_a_promote_goes_ahead_on_a_free_unit_and_the_check_says_so(tmp_path: Path) -> None:
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        problems = cm._promote_and_deploy(host)
+        assert problems[0] == "promote.yml went ahead at the cut"
+    finally:
+        host.close()
