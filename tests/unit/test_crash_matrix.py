@@ -21,14 +21,15 @@ def rows() -> Iterator[List[Any]]:
 
 
 def test_every_point_of_every_path_ends_with_production_and_nothing_left(rows: List[Any]) -> None:
+    known = {path.name for path in cm.PATHS if path.finding}  # pinned by their own test below
     failing = [f"{name} / {point} / {column}: {cell.problems}"
-               for name, point, cells in rows for column, cell in cells.items() if cell.problems]
+               for name, point, cells in rows for column, cell in cells.items() if cell.problems and name not in known]
     assert not failing, "\n".join(failing)
     assert {name for name, _point, _cells in rows} == {path.name for path in cm.PATHS}
     # every path has points before its steps, not only its end
     for path in cm.PATHS:
-        if path.name == AB_THEN_BUILD:
-            continue  # refused before its first change to the unit: that is the point (test below)
+        if path.name == AB_THEN_BUILD or path in cm.START_STATES:
+            continue  # refused before its first change to the unit: that is the point (tests below)
         assert sum(1 for name, _p, _c in rows if name == path.name) >= 3, path.name
 
 
@@ -186,3 +187,37 @@ def test_a_promote_goes_ahead_on_a_free_unit_and_the_check_says_so(tmp_path: Pat
         assert problems[0] == "promote.yml went ahead at the cut"
     finally:
         host.close()
+
+
+REFUSED_PENDING = [p.name for p in cm.START_STATES if not p.finding]
+FORCED_PENDING = [p.name for p in cm.START_STATES if p.finding]
+
+
+@pytest.mark.parametrize("path", REFUSED_PENDING)
+def test_a_pending_change_on_disk_is_refused_before_the_first_change(rows: List[Any], path: str) -> None:
+    """A/B, promote, deploy and build activation after a hand edit of the env file: the start-from-running check
+    refuses, production keeps running what ran, and the operator's edit stays on disk as it was."""
+    cells = _cells(rows, path)
+    assert list(cells) == ["before serving_unit_info start_from_running", "after the last step"]
+    assert {cell.outcome for cell in cells["after the last step"].values()} == {"refused, nothing changed"}
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems or cell.ends_on != 0]
+
+
+@pytest.mark.parametrize("path", FORCED_PENDING)
+def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: List[Any], path: str) -> None:
+    """With specdec_force=true the way back should be what ran; today the dead-man, the candidate's own restore and
+    rollback.yml restart the unit on what is on disk (the hand edit, which cannot start): production ends down from
+    the first change on. When this is fixed this test fails: drop ``finding`` from the path and regenerate the doc."""
+    path_rows = [(point, cells) for name, point, cells in rows if name == path]
+    points = [point for point, _cells in path_rows]
+    first_change = next(i for i, point in enumerate(points)
+                        if point.startswith(("before systemd-run", "before mkdir llmfleet-specdec")))
+    for point, cells in path_rows[:first_change]:
+        assert not [c for c in cells.values() if c.problems], point  # nothing changed yet: what ran still runs
+    def down(cell: Any) -> bool:
+        return any("serves neither production nor its start state: None" in p for p in cell.problems)
+
+    for point, cells in path_rows[first_change:]:  # the module runs on: its own restore restarts into the disk
+        assert down(cells["controller killed"]), point
+    assert all(down(cell) for cell in path_rows[-1][1].values())
+    assert any(down(cells["module SIGKILL"]) for _p, cells in path_rows)  # the dead-man alone does the same
