@@ -799,6 +799,82 @@ START_STATES: List[MatrixPath] = [_pending_path(what, play, host, False) for wha
     _pending_path(what, play, host, True) for what, play, host in _PENDING_PLAYS if what in ("an A/B", "a build activation")]
 PATHS += START_STATES
 
+# ------------------------------------------------------------------ the A/B play as a whole
+#
+# Role spec_ab's host-changing tasks in order (roles/spec_ab/tasks: main.yml, state_begin.yml, measure.yml,
+# state_slot.yml, state_end.yml), for one round of three slots (a candidate, the baseline, another candidate): the
+# controller dies at each task's start, and the host's systemd and dead-man alone act from there. The modules' own
+# steps are the rows of the single paths above; here only task starts are points.
+
+# A slot's measuring (spec_bench), on the host's clock: three of them outlast the lock's expiry, so only the
+# renewals keep it this run's (a second A/B tries at every cut while the lock file is there).
+BENCH_S = 150
+assert 3 * BENCH_S > LOCK_EXPIRES and BENCH_S + HEALTH_TIMEOUT < ROLLBACK_AFTER
+SCHEDULE: Tuple[Tuple[str, Optional[Dict[str, str]]], ...] = (("draft", CANDIDATE_A), ("baseline", None),
+                                                               ("ngram", CANDIDATE_B))
+
+
+class _WholeAB:
+    """The A/B play from its start-from-running check to its history, with its rescue and its always."""
+
+    owner = "ab-whole"
+
+    def __init__(self) -> None:
+        self.seen: List[str] = []
+
+    def setup(self, host: Host) -> None:
+        self.seen = []
+
+    def operation(self, host: Host) -> Any:
+        runs = Path(host.state_dir) / "runs" / self.owner
+        host.task("serving_unit_info start_from_running", lambda: _start_from_running(host))
+        host.task("ab_lock state=present (take)", lambda: host.lock(self.owner))
+        host.task("file: the run's folder", lambda: runs.mkdir(parents=True, exist_ok=True))
+        error: Optional[UnitOverrideError] = None
+        try:
+            for name, config in SCHEDULE:
+                if config is None:
+                    host.task(f"{name}: unit_override state=absent restart=true",
+                              lambda: host.manager().absent(UNIT, restart=True))
+                else:
+                    host.task(f"{name}: unit_override state=present",
+                              lambda c=config: host.manager().present(UNIT, _config(c), ROLLBACK_AFTER))
+                host.task(f"{name}: ab_lock state=present (renewal in the slot)", lambda: host.lock(self.owner))
+                host.task(f"{name}: spec_bench", lambda: host.fake.advance(BENCH_S))
+                host.task(f"{name}: copy: the partial run", lambda n=name: _write(runs / "partial.json", n + "\n"))
+                host.task(f"{name}: ab_lock state=present (renewal after the slot)", lambda: host.lock(self.owner))
+        except UnitOverrideError as exc:
+            error = exc  # the rescue notes why; the always below runs
+        now = host.task("ab_lock state=query (still this run's?)", lambda: hs.query(
+            {"unit": UNIT, "state_dir": host.state_dir}, run=host.fake.run, now=host.fake.now,
+            proc=str(host.fake.proc), run_dir=str(host.fake.run_dir)))
+        if now["holder"] is None or now["holder"].get("run_id") == self.owner:
+            host.task("unit_override state=absent (restore)", lambda: host.manager().absent(UNIT))
+        host.task("ab_lock state=absent (release)", lambda: host.unlock(self.owner))
+        if _lock_file(host).exists():
+            self.seen.append("the A/B ended and its lock is still there")
+        host.task("copy: the report and the history", lambda: _write(Path(host.state_dir) / "history.jsonl", "{}\n"))
+        if error is not None:
+            raise error
+
+    def check(self, host: Host) -> List[str]:
+        return list(self.seen)
+
+
+def _while_held(host: Host) -> List[str]:
+    """A second A/B at the cut, while the first run's lock file is there: refused (renewed, or its dead-man armed)."""
+    return _second_run(host) if _lock_file(host).exists() else []
+
+
+_WHOLE = _WholeAB()
+WHOLE_PLAYS: List[MatrixPath] = [
+    _at_each_cut(MatrixPath("", _WHOLE.setup, _WHOLE.operation, tasks=True, tasks_only=True, host=_REAL,
+                            check=_WHOLE.check),
+                 "the A/B play as a whole (lock, three slots with renewals, restore, release), the controller dies at "
+                 "each task", _while_held),
+]
+PATHS += WHOLE_PLAYS
+
 
 @dataclass
 class Cell:
@@ -891,6 +967,7 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
         except UnitOverrideError:
             failed = True
         labels = list(host.faults.labels)
+        lock_at_cut = _lock_file(host).exists()
         if host.faults.cut_at is not None:
             started = host.faults.cut_at  # a play that ran a while before its cut: the dead-man counts from the cut
         host.faults = Faults()
@@ -929,7 +1006,8 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
         if refused:
             outcome = "refused, nothing changed"
         elif path.tasks:
-            outcome = _play_outcome(host, before, started, start, path, died or gone, failed, rolled_back, at_once)
+            outcome = _play_outcome(host, before, started, start, path, died or gone, failed, rolled_back, at_once,
+                                    lock_at_cut)
         elif column == "controller killed" or not died:
             outcome = "the module (candidate failed, production restored)" if failed else "the module"
         elif column == "connection dropped" and rolled_back:
@@ -967,7 +1045,7 @@ def _served(host: Host, path: MatrixPath) -> List[Any]:
 
 
 def _play_outcome(host: Host, before: Dict[str, Any], started: float, start: Dict[str, Any], path: MatrixPath,
-                  cut: bool, failed: bool, rolled_back: bool, at_once: bool) -> str:
+                  cut: bool, failed: bool, rolled_back: bool, at_once: bool, locked: bool = True) -> str:
     """What brought production back after a play of several tasks was cut (or ran to its end)."""
     if not cut:
         return "the play's rescue" if failed else "the play"
@@ -979,7 +1057,7 @@ def _play_outcome(host: Host, before: Dict[str, Any], started: float, start: Dic
     if all(_unit_state(host, n) == start["units"][n] for n in path.units):
         return "nothing changed"
     if at_once:
-        return "done before the cut; the lock expires"
+        return "done before the cut; the lock " + ("expires" if locked else "released")
     return "restart job"
 
 
@@ -1105,6 +1183,15 @@ the record); it must not get the unit while the play's lock lives or anything of
 /run, a timer, a change on disk that does not run). One start state that is not production's: an activation killed at
 its restart (`current` moved, the unit not restarted, its
 record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
+
+**The A/B play as a whole**: role `spec_ab`'s host-changing tasks for one round of three slots (a candidate, the
+baseline, another candidate): its start-from-running check, the lock, the run's folder, each slot's switch, the
+lock's renewal in the slot, the measuring (150 s on the host's clock: three slots outlast the lock's expiry, so
+only the renewals keep it), the partial run and the renewal after the slot; then the query whether the lock is
+still this run's, the restore, the release and the history. The controller dies at each task's start (the
+modules' own steps are the rows of the single paths above); from there the host's systemd and dead-man alone act.
+A second A/B tries to take the unit at every cut while the lock file is there, and must be refused. At the end:
+production with its config, and the lock released (the play ran to its end) or stale and taken over.
 
 **Disk differs from what runs**: the env file edited by hand (here a model path that does not exist: the server
 cannot start on it) and the unit not restarted, before an A/B, `promote.yml`, `deploy.yml` or a build activation

@@ -221,3 +221,24 @@ def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: Lis
         assert down(cells["controller killed"]), point
     assert all(down(cell) for cell in path_rows[-1][1].values())
     assert any(down(cells["module SIGKILL"]) for _p, cells in path_rows)  # the dead-man alone does the same
+
+
+WHOLE_AB = next(p.name for p in cm.WHOLE_PLAYS)
+
+
+def test_the_whole_ab_play_is_cut_at_each_task_and_the_host_alone_brings_production_back(rows: List[Any]) -> None:
+    cells = _cells(rows, WHOLE_AB)
+    slots = [f"{slot}: {task}" for slot, config in cm.SCHEDULE for task in (
+        "unit_override state=absent restart=true" if config is None else "unit_override state=present",
+        "ab_lock state=present (renewal in the slot)", "spec_bench", "copy: the partial run",
+        "ab_lock state=present (renewal after the slot)")]
+    assert list(cells) == ["before " + task for task in [
+        "serving_unit_info start_from_running", "ab_lock state=present (take)", "file: the run's folder", *slots,
+        "ab_lock state=query (still this run's?)", "unit_override state=absent (restore)",
+        "ab_lock state=absent (release)", "copy: the report and the history"]] + ["after the last step"]
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems]
+    # a candidate serves: its dead-man brings production back; the baseline serves: production already, the lock expires
+    assert cells["before ngram: spec_bench"]["module SIGKILL"].outcome == "dead-man timer"
+    assert cells["before baseline: spec_bench"]["controller killed"].outcome == "done before the cut; the lock expires"
+    assert cells["before copy: the report and the history"]["controller killed"].outcome == \
+        "done before the cut; the lock released"
