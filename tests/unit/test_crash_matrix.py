@@ -242,3 +242,50 @@ def test_the_whole_ab_play_is_cut_at_each_task_and_the_host_alone_brings_product
     assert cells["before baseline: spec_bench"]["controller killed"].outcome == "done before the cut; the lock expires"
     assert cells["before copy: the report and the history"]["controller killed"].outcome == \
         "done before the cut; the lock released"
+
+
+def test_a_local_controller_killed_during_a_redeploy_keeps_its_lock_while_the_deploys_dead_man_waits(
+        tmp_path: Path) -> None:
+    """A controller on the host itself (ansible_connection=local: the same boot and pid namespace) dies with
+    unit_deploy before its restart: the launcher is written, the deploy's dead-man waits to put it back. Its lock
+    must not count as stale while that timer waits (an A/B would switch candidates under it), and it does once the
+    timer has put the previous files back."""
+    cm.install()
+    host = cm.Host(tmp_path, unit_files=True)
+    try:
+        cm._with_launcher(host)
+        proc = host.fake.proc
+        (proc / "sys" / "kernel" / "random").mkdir(parents=True)
+        (proc / "sys" / "kernel" / "random" / "boot_id").write_text("boot-1\n")
+        (proc / "self" / "ns").mkdir(parents=True)
+        (proc / "self" / "ns" / "pid").symlink_to("pid:[4026531836]")
+        controller = proc / "4242"
+        controller.mkdir()
+        (controller / "stat").write_text("4242 (ansible-playbook) S 1 " + " ".join(["0"] * 17) + " 777 0 0\n")
+        owner = {"run_id": "deploy-1", "controller": "ctl", "pid": 4242, "boot_id": "boot-1",
+                 "pid_ns": "pid:[4026531836]", "start_ticks": 777}
+
+        def lock(own: dict) -> dict:
+            return cm.hs.acquire({"unit": cm.UNIT, "state_dir": host.state_dir, "expires_after": cm.LOCK_EXPIRES,
+                                  "wait": 0, "poll": 1, "owner": own, "state_mode": 0o700}, run=host.fake.run,
+                                 check_mode=False, now=host.fake.now, sleep=host.fake.advance, proc=str(proc))
+
+        lock(owner)
+        host.faults = cm._KillAtLabel("systemctl restart")
+        with pytest.raises(cm.Killed):
+            cm.UnitDeploy(host.manager()).deploy(cm.UNIT, [{"path": str(tmp_path / "launcher"), "content": "v2\n",
+                                                            "mode": 0o755}], cm.ROLLBACK_AFTER)
+        host.faults = cm.Faults()
+        (controller / "stat").unlink()
+        controller.rmdir()  # the controller is gone with the module
+        assert host.fake.armed() == ["specdec-deploy-rollback-llama-server"]
+        free = cm.hs.query({"unit": cm.UNIT, "state_dir": host.state_dir}, run=host.fake.run, now=host.fake.now,
+                           proc=str(proc), run_dir=str(host.fake.run_dir))
+        assert free["held"] and free["override"] == ["armed dead-man timer specdec-deploy-rollback-llama-server.timer"]
+        with pytest.raises(cm.hs.LockHeldError, match="locked by run deploy-1"):
+            lock({"run_id": "ab-2", "controller": "ctl2"})
+        host.fake.advance(cm.ROLLBACK_AFTER + 1)  # the deploy's dead-man puts the previous launcher back
+        assert (tmp_path / "launcher").read_text() == "v1\n" and not host.fake.armed()
+        assert "controller process 4242 is gone" in lock({"run_id": "ab-2", "controller": "ctl2"})["taken_over"]["why"]
+    finally:
+        host.close()
