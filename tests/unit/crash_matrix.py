@@ -628,7 +628,6 @@ PLAYS: List[MatrixPath] = [
     _interleaved_path("build x A/B: an A/B that starts at each cut of a build switch (kept off while it is pending)",
                       ab_first=False),
 ]
-PATHS += PLAYS
 
 # ------------------------------------------------------------------ two plays on one unit: A/B x promote, A/B x deploy
 #
@@ -729,12 +728,13 @@ INTERLEAVED: List[MatrixPath] = [
                  "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
     _at_each_cut(replace(PATHS[3], host=_REAL), "A/B x promote, A/B x deploy: each at every cut of a baseline slot "
                  "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
-    _at_each_cut(replace(PLAYS[0], host=_REAL), "promote x A/B: an A/B at every cut of promote.yml "
-                 "(kept off while its lock lives or a change is pending)", _ab_start),
-    _at_each_cut(replace(PLAYS[4], host=_REAL), "deploy x A/B: an A/B at every cut of a unit file's redeploy "
-                 "(kept off while its lock lives or a change is pending)", _ab_start),
 ]
-PATHS += INTERLEAVED
+# promote x A/B and deploy x A/B: an A/B starts at every cut of promote.yml and of a unit file's redeploy; their
+# own rows carry it (the same cells, one run each).
+for _at, _play in ((0, "promote x A/B"), (4, "deploy x A/B")):
+    PLAYS[_at] = _at_each_cut(replace(PLAYS[_at], host=_REAL), f"{PLAYS[_at].name}; {_play}: an A/B at every cut "
+                              "(kept off while the lock lives or a change is pending)", _ab_start)
+PATHS += PLAYS + INTERLEAVED
 
 # ------------------------------------------------------------------ start states where the disk differs from what runs
 #
@@ -1177,10 +1177,10 @@ switch: it must not get the unit's lock while the switch's record or its dead-ma
 of a baseline slot, `promote.yml` and then `deploy.yml` (a changed env file) start from their first task, as main
 has them (`require_unit_free.yml`, then `require_start_from_running.yml`, then the lock for the vehicle): each is
 refused and leaves /run, the env file, the unit's process, the timers and the lock as it found them.
-**promote x A/B, deploy x A/B**: an A/B starts (its start-from-running check, then the lock) at each cut of
-`promote.yml` and of a unit file's redeploy (`unit_deploy`; an env file's redeploy is promote's vehicle without
-the record); it must not get the unit while the play's lock lives or anything of it is pending (a file of ours in
-/run, a timer, a change on disk that does not run). One start state that is not production's: an activation killed at
+**promote x A/B, deploy x A/B** (in the rows of `promote.yml` and of a unit file's redeploy): an A/B starts (its
+start-from-running check, then the lock) at each of their cuts (`unit_deploy`; an env file's redeploy is promote's
+vehicle without the record); it must not get the unit while the play's lock lives or anything of it is pending (a
+file of ours in /run, a timer, a change on disk that does not run). One start state that is not production's: an activation killed at
 its restart (`current` moved, the unit not restarted, its
 record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
 
