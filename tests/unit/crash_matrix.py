@@ -1180,9 +1180,11 @@ refused and leaves /run, the env file, the unit's process, the timers and the lo
 **promote x A/B, deploy x A/B** (in the rows of `promote.yml` and of a unit file's redeploy): an A/B starts (its
 start-from-running check, then the lock) at each of their cuts (`unit_deploy`; an env file's redeploy is promote's
 vehicle without the record); it must not get the unit while the play's lock lives or anything of it is pending (a
-file of ours in /run, a timer, a change on disk that does not run). One start state that is not production's: an activation killed at
-its restart (`current` moved, the unit not restarted, its
-record and dead-man in /run); the next activation undoes it with that dead-man still armed, then switches.
+file of ours in /run, a timer, a change on disk that does not run).
+
+One start state that is not production's: an activation killed at its restart (`current` moved, the unit not
+restarted, its record and dead-man in /run); the next activation undoes it with that dead-man still armed, then
+switches.
 
 **The A/B play as a whole**: role `spec_ab`'s host-changing tasks for one round of three slots (a candidate, the
 baseline, another candidate): its start-from-running check, the lock, the run's folder, each slot's switch, the
@@ -1200,8 +1202,9 @@ refused before its first change, production keeps running what ran and the opera
 was. With `specdec_force=true` the play goes ahead, and the way back must be what ran. It is not, today (the rows
 marked **FAILS**, a known finding a test pins): the dead-man's script, the candidate's own restore, the play's rescue
 and `rollback.yml` remove the override and restart the unit on what is on disk, and the build's undo restarts the
-previous build on it too; production ends down from the first change on. promote.yml and an env file's redeploy
-use the A/B's vehicle and its dead-man, so the forced A/B's rows are theirs.
+previous build on it too; production ends down wherever the dead-man's script is in place or the module runs on to
+its own restore. promote.yml and an env file's redeploy use the A/B's vehicle and its dead-man, so the forced
+A/B's rows are theirs.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs
@@ -1209,7 +1212,8 @@ from what runs (the env file, the unit file, the launcher, `current` and the bui
 waits for the next restart), no file of ours in `/run` (a module killed right after creating a directory leaves it empty, 0700;
 the next `unit_override` or `rollback.yml` removes it), no timer loaded, and the unit's lock released or stale and
 taken over by a new run. A start state the operator chose (a confirmed candidate) may also stay as it was when the
-module died before changing it. The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last
+module died before changing it, and so may an edit pending on disk before the play. The dead-man's time counts from
+the cut (a whole play has measured for minutes before it). The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last
 `daemon-reload`; transient timers fire on the wall clock, honour `ConditionPathExists=` and run the real rollback
 script). `molecule/deadman` repeats the decisive points on real systemd.
 
