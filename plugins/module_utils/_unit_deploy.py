@@ -61,7 +61,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_override im
 )
 
 
-
 class DeployError(UnitOverrideError):
     """The deploy failed; ``details`` travel into fail_json."""
 

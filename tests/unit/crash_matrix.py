@@ -639,7 +639,7 @@ PLAYS: List[MatrixPath] = [
 # deploy x A/B rows cut the other vehicle, unit_deploy.
 
 
-class Refused(UnitOverrideError):
+class RefusedError(UnitOverrideError):
     """A play stopped before its first change: the unit is busy, or a change waits on disk."""
 
 
@@ -659,7 +659,7 @@ def _require_unit_free(host: Host) -> None:
     free = hs.query({"unit": UNIT, "state_dir": host.state_dir}, run=host.fake.run, now=host.fake.now,
                     proc=str(host.fake.proc), run_dir=str(host.fake.run_dir))
     if free["held"] or free["override_live"]:
-        raise Refused(f"{UNIT} is busy: {free['why'] or '; '.join(free['override'])}")
+        raise RefusedError(f"{UNIT} is busy: {free['why'] or '; '.join(free['override'])}")
 
 
 def _start_from_running(host: Host, force: bool = False) -> str:
@@ -669,10 +669,10 @@ def _start_from_running(host: Host, force: bool = False) -> str:
         live = su.read_unit(UNIT, host.fake.run, proc=str(host.fake.proc), run_dir=str(host.fake.run_dir),
                             specifiers=lambda unit, fragment: {})
     except SpecdecError as exc:
-        raise Refused(str(exc)) from None
+        raise RefusedError(str(exc)) from None
     pending = su.pending_changes(live, proc=str(host.fake.proc))
     if pending["differences"] and not force:
-        raise Refused(su.refuse_pending(UNIT, pending))
+        raise RefusedError(su.refuse_pending(UNIT, pending))
     return su.pending_text(pending)
 
 
@@ -686,7 +686,7 @@ def _promote_and_deploy(host: Host) -> List[str]:
             _require_unit_free(host)
             _start_from_running(host)
             play(host)
-        except (Refused, hs.LockHeldError):
+        except (RefusedError, hs.LockHeldError):
             if _snapshot(host) != before:
                 problems.append(f"{name}, refused, changed the host")
             continue
@@ -716,7 +716,7 @@ def _ab_start(host: Host) -> List[str]:
     try:
         _start_from_running(host)
         host.lock("ab-2")
-    except (Refused, hs.LockHeldError):
+    except (RefusedError, hs.LockHeldError):
         return []
     host.unlock("ab-2")
     return [f"an A/B took the unit's lock while the first play left {pending}"] if pending else []
@@ -962,7 +962,7 @@ def run_point(path: MatrixPath, root: Path, kill_at: Optional[int], column: str)
             died = True
         except ControllerGone:
             gone = True
-        except Refused:
+        except RefusedError:
             failed = refused = True
         except UnitOverrideError:
             failed = True
@@ -1213,9 +1213,10 @@ waits for the next restart), no file of ours in `/run` (a module killed right af
 the next `unit_override` or `rollback.yml` removes it), no timer loaded, and the unit's lock released or stale and
 taken over by a new run. A start state the operator chose (a confirmed candidate) may also stay as it was when the
 module died before changing it, and so may an edit pending on disk before the play. The dead-man's time counts from
-the cut (a whole play has measured for minutes before it). The model is `tests/unit/fakesystemd.py` (a restart is one job; drop-ins count from the last
-`daemon-reload`; transient timers fire on the wall clock, honour `ConditionPathExists=` and run the real rollback
-script). `molecule/deadman` repeats the decisive points on real systemd.
+the cut (a whole play has measured for minutes before it). The model is `tests/unit/fakesystemd.py` (a restart is
+one job; drop-ins count from the last `daemon-reload`; transient timers fire on the wall clock, honour
+`ConditionPathExists=` and run the real rollback script, whose own waits run on a clock of their own).
+`molecule/deadman` repeats the decisive points on real systemd.
 
 """
 

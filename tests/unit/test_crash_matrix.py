@@ -179,7 +179,7 @@ def test_the_second_plays_see_a_unit_left_unguarded(tmp_path: Path) -> None:
         assert cm._snapshot(host) == before
         problems = cm._ab_start(host)
         assert len(problems) == 1 and "override.env" in problems[0] and "specdec-rollback-llama-server" in problems[0]
-        with pytest.raises(cm.Refused, match="is busy: held by"):  # the A/B's lock taken meanwhile: promote is told who
+        with pytest.raises(cm.RefusedError, match="is busy: held by"):  # the A/B's lock taken meanwhile: promote is told who
             host.lock("run-1")
             cm._require_unit_free(host)
     finally:
