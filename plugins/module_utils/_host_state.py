@@ -45,7 +45,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths, service_name
+from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import DEPLOY_PREFIX, override_paths, service_name
 
 # The longest a decision about the lock waits for the guard held by another process (a decision takes
 # milliseconds; a process stuck holding it longer is named, never waited for without end).
@@ -143,15 +143,21 @@ def read_record(path: str) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
-def timer_armed(unit: str, run: Runner) -> bool:
-    """Whether the unit's dead-man (its rollback timer or the bridge of a re-arm) waits to fire: a dead run's
-    candidate may still serve."""
+def armed_timers(unit: str, run: Runner) -> List[str]:
+    """The unit's dead-man timers that wait to fire (its rollback timer, the bridge of a re-arm, or unit_deploy's,
+    which puts the previous files back): while one does, a dead run's candidate or unverified files may serve."""
     paths = override_paths(service_name(unit))
+    timers = [paths.timer, paths.bridge_unit + ".timer", DEPLOY_PREFIX + service_name(unit)[: -len(".service")] + ".timer"]
     try:
-        _rc, out, _dummy = run(["systemctl", "is-active", paths.timer, paths.bridge_unit + ".timer"])
+        _rc, out, _dummy = run(["systemctl", "is-active", *timers])
     except OSError:
-        return False
-    return any(line.strip() in ("active", "activating") for line in out.splitlines())
+        return []
+    return [timer for timer, line in zip(timers, out.splitlines()) if line.strip() in ("active", "activating")]
+
+
+def timer_armed(unit: str, run: Runner) -> bool:
+    """Whether one of the unit's dead-man timers (``armed_timers``) waits to fire."""
+    return bool(armed_timers(unit, run))
 
 
 def process_start(pid: int, proc: str = "/proc") -> Optional[int]:
@@ -383,7 +389,8 @@ def query(params: Mapping[str, Any], run: Runner, now: Callable[[], float] = tim
     unit = service_name(params["unit"])
     path, _guard = lock_paths(params["state_dir"], unit)
     record = read_record(path)
-    armed = timer_armed(unit, run)
+    timers = armed_timers(unit, run)
+    armed = bool(timers)
     stale = why_stale(record, now(), armed, holder_gone(record, proc)) if record is not None else None
     held = record is not None and stale is None
     paths = override_paths(unit, run_dir)
@@ -391,7 +398,7 @@ def query(params: Mapping[str, Any], run: Runner, now: Callable[[], float] = tim
     found = [f"{what} {where}" for what, where in named
              if os.path.exists(where)]
     if armed:
-        found.append(f"armed dead-man timer {paths.timer}")
+        found.append(f"armed dead-man timer {' and '.join(timers)}")
     why = stale
     if held:
         why = (f"held by {describe(record or {})}, until {(record or {}).get('expires', '?')}"

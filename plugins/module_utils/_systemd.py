@@ -39,6 +39,9 @@ ROLLBACK_PREFIX = "specdec-rollback-"
 # so there is never a moment without an armed timer. Its prefix is not an extension of ROLLBACK_PREFIX, so a
 # unit's name read back from a timer's name is never ambiguous.
 BRIDGE_PREFIX = "specdec-rearm-"
+# unit_deploy's dead-man (the previous unit file, launcher and env file put back): a run that holds the unit's
+# lock is not stale while it is armed either.
+DEPLOY_PREFIX = "specdec-deploy-rollback-"
 
 Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 

@@ -45,6 +45,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import environment_files, read_text
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
+    DEPLOY_PREFIX,
     SCRIPT_NO_REDIRECT,
     SCRIPT_PUT_BACK,
     STATE_DIR_NAME,
@@ -58,8 +59,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_override im
     endpoint_of,
     health_url,
 )
-
-DEPLOY_PREFIX = "specdec-deploy-rollback-"
 
 
 class DeployError(UnitOverrideError):

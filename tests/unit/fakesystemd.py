@@ -247,10 +247,26 @@ class FakeSystemd:
             def call(argv: Sequence[str], **_kw: Any) -> int:
                 return fake.run(list(argv))[0]
 
+        class Clock:
+            """The script's own waits (its health wait) on a clock of their own: a production that never answers
+            costs the script's whole health timeout, not that many seconds of the test."""
+            elapsed = 0.0
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(time, name)
+
+            def monotonic(self) -> float:
+                return self.elapsed
+
+            def sleep(self, seconds: float) -> None:
+                self.elapsed += seconds
+
         namespace: Dict[str, Any] = {"__name__": "specdec_rollback"}
         source = Path(script).read_text(encoding="utf-8")
         exec(compile(source, script, "exec"), namespace)
         namespace["subprocess"] = Shim
+        if "time" in namespace:
+            namespace["time"] = Clock()
         namespace["print"] = lambda *a, **_k: lines.append(" ".join(str(x) for x in a))
         argv, sys.argv = sys.argv, [script]  # as systemd runs it: a script that removes sys.argv[0] removes itself
         try:

@@ -21,14 +21,15 @@ def rows() -> Iterator[List[Any]]:
 
 
 def test_every_point_of_every_path_ends_with_production_and_nothing_left(rows: List[Any]) -> None:
+    known = {path.name for path in cm.PATHS if path.finding}  # pinned by their own test below
     failing = [f"{name} / {point} / {column}: {cell.problems}"
-               for name, point, cells in rows for column, cell in cells.items() if cell.problems]
+               for name, point, cells in rows for column, cell in cells.items() if cell.problems and name not in known]
     assert not failing, "\n".join(failing)
     assert {name for name, _point, _cells in rows} == {path.name for path in cm.PATHS}
     # every path has points before its steps, not only its end
     for path in cm.PATHS:
-        if path.name == AB_THEN_BUILD:
-            continue  # refused before its first change to the unit: that is the point (test below)
+        if path.name == AB_THEN_BUILD or path in cm.START_STATES:
+            continue  # refused before its first change to the unit: that is the point (tests below)
         assert sum(1 for name, _p, _c in rows if name == path.name) >= 3, path.name
 
 
@@ -142,3 +143,156 @@ def test_a_second_ab_never_gets_the_unit_at_a_cut_of_the_first(rows: List[Any], 
     ours = [point for path, point, _c in rows if path == name]
     assert ours and ours == [point for path, point, _c in rows if path == first]  # every cut of the first run
     assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]
+
+
+@pytest.mark.parametrize(("second", "first"), [
+    ("A/B x promote, A/B x deploy: each at every cut of a candidate switch", "A/B candidate switch, from production"),
+    ("A/B x promote, A/B x deploy: each at every cut of a baseline slot",
+     "baseline slot after a candidate (absent restart=true)"),
+])
+def test_a_play_that_starts_at_any_cut_of_another_never_gets_the_unit(rows: List[Any], second: str, first: str) -> None:
+    name = next(p.name for p in cm.PATHS if p.name.startswith(second))
+    first_name = next(p.name for p in cm.PATHS if p.name.startswith(first))
+    ours = [point for path, point, _c in rows if path == name]
+    assert ours and ours == [point for path, point, _c in rows if path == first_name]  # every cut of the first play
+    assert not [point for path, point, cells in rows if path == name for c in cells.values() if c.problems]
+
+
+@pytest.mark.parametrize("first", ["promote.yml (lock, override, commit", "deploy: redeploy of a changed unit file"])
+def test_an_ab_at_any_cut_of_promote_or_a_redeploy_never_gets_the_unit(rows: List[Any], first: str) -> None:
+    """promote x A/B, deploy x A/B: the rows of these plays carry an A/B that starts at each of their cuts."""
+    path = next(p for p in cm.PLAYS if p.name.startswith(first))
+    assert " x A/B: an A/B at every cut" in path.name and path.host == cm._REAL
+    cells = _cells(rows, path.name)
+    assert len(cells) >= 20 and not [point for point, by in cells.items() for c in by.values() if c.problems]
+
+
+def test_the_second_plays_see_a_unit_left_unguarded(tmp_path: Path) -> None:
+    """What the interleaved rows rely on can fail: with no lock held, an override live keeps promote and deploy off
+    (require_unit_free.yml) but not an A/B, whose start takes a free lock: that is reported."""
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        host.manager().present(cm.UNIT, cm._config(cm.CANDIDATE_A), cm.ROLLBACK_AFTER)  # no lock taken
+        before = cm._snapshot(host)
+        assert cm._promote_and_deploy(host) == []  # refused: the override is live
+        assert cm._snapshot(host) == before
+        problems = cm._ab_start(host)
+        assert len(problems) == 1 and "override.env" in problems[0] and "specdec-rollback-llama-server" in problems[0]
+        with pytest.raises(cm.RefusedError, match="is busy: held by"):  # the A/B's lock taken meanwhile: promote is told who
+            host.lock("run-1")
+            cm._require_unit_free(host)
+    finally:
+        host.close()
+
+
+def test_a_promote_goes_ahead_on_a_free_unit_and_the_check_says_so(tmp_path: Path) -> None:
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        problems = cm._promote_and_deploy(host)
+        assert problems[0] == "promote.yml went ahead at the cut"
+    finally:
+        host.close()
+
+
+REFUSED_PENDING = [p.name for p in cm.START_STATES if not p.finding]
+FORCED_PENDING = [p.name for p in cm.START_STATES if p.finding]
+
+
+@pytest.mark.parametrize("path", REFUSED_PENDING)
+def test_a_pending_change_on_disk_is_refused_before_the_first_change(rows: List[Any], path: str) -> None:
+    """A/B, promote, deploy and build activation after a hand edit of the env file: the start-from-running check
+    refuses, production keeps running what ran, and the operator's edit stays on disk as it was."""
+    cells = _cells(rows, path)
+    assert list(cells) == ["before serving_unit_info start_from_running", "after the last step"]
+    assert {cell.outcome for cell in cells["after the last step"].values()} == {"refused, nothing changed"}
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems or cell.ends_on != 0]
+
+
+@pytest.mark.parametrize("path", FORCED_PENDING)
+def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: List[Any], path: str) -> None:
+    """With specdec_force=true the way back should be what ran; today the dead-man, the candidate's own restore and
+    rollback.yml restart the unit on what is on disk (the hand edit, which cannot start): production ends down from
+    the first change on. When this is fixed this test fails: drop ``finding`` from the path and regenerate the doc."""
+    path_rows = [(point, cells) for name, point, cells in rows if name == path]
+    points = [point for point, _cells in path_rows]
+    first_change = next(i for i, point in enumerate(points)
+                        if point.startswith(("before systemd-run", "before mkdir llmfleet-specdec")))
+    for point, cells in path_rows[:first_change]:
+        assert not [c for c in cells.values() if c.problems], point  # nothing changed yet: what ran still runs
+    def down(cell: Any) -> bool:
+        return any("serves neither production nor its start state: None" in p for p in cell.problems)
+
+    for point, cells in path_rows[first_change:]:  # the module runs on: its own restore restarts into the disk
+        assert down(cells["controller killed"]), point
+    assert all(down(cell) for cell in path_rows[-1][1].values())
+    assert any(down(cells["module SIGKILL"]) for _p, cells in path_rows)  # the dead-man alone does the same
+
+
+WHOLE_AB = next(p.name for p in cm.WHOLE_PLAYS)
+
+
+def test_the_whole_ab_play_is_cut_at_each_task_and_the_host_alone_brings_production_back(rows: List[Any]) -> None:
+    cells = _cells(rows, WHOLE_AB)
+    slots = [f"{slot}: {task}" for slot, config in cm.SCHEDULE for task in (
+        "unit_override state=absent restart=true" if config is None else "unit_override state=present",
+        "ab_lock state=present (renewal in the slot)", "spec_bench", "copy: the partial run",
+        "ab_lock state=present (renewal after the slot)")]
+    assert list(cells) == ["before " + task for task in [
+        "serving_unit_info start_from_running", "ab_lock state=present (take)", "file: the run's folder", *slots,
+        "ab_lock state=query (still this run's?)", "unit_override state=absent (restore)",
+        "ab_lock state=absent (release)", "copy: the report and the history"]] + ["after the last step"]
+    assert not [point for point, by in cells.items() for cell in by.values() if cell.problems]
+    # a candidate serves: its dead-man brings production back; the baseline serves: production already, the lock expires
+    assert cells["before ngram: spec_bench"]["module SIGKILL"].outcome == "dead-man timer"
+    assert cells["before baseline: spec_bench"]["controller killed"].outcome == "done before the cut; the lock expires"
+    assert cells["before copy: the report and the history"]["controller killed"].outcome == \
+        "done before the cut; the lock released"
+
+
+def test_a_local_controller_killed_during_a_redeploy_keeps_its_lock_while_the_deploys_dead_man_waits(
+        tmp_path: Path) -> None:
+    """A controller on the host itself (ansible_connection=local: the same boot and pid namespace) dies with
+    unit_deploy before its restart: the launcher is written, the deploy's dead-man waits to put it back. Its lock
+    must not count as stale while that timer waits (an A/B would switch candidates under it), and it does once the
+    timer has put the previous files back."""
+    cm.install()
+    host = cm.Host(tmp_path, unit_files=True)
+    try:
+        cm._with_launcher(host)
+        proc = host.fake.proc
+        (proc / "sys" / "kernel" / "random").mkdir(parents=True)
+        (proc / "sys" / "kernel" / "random" / "boot_id").write_text("boot-1\n")
+        (proc / "self" / "ns").mkdir(parents=True)
+        (proc / "self" / "ns" / "pid").symlink_to("pid:[4026531836]")
+        controller = proc / "4242"
+        controller.mkdir()
+        (controller / "stat").write_text("4242 (ansible-playbook) S 1 " + " ".join(["0"] * 17) + " 777 0 0\n")
+        owner = {"run_id": "deploy-1", "controller": "ctl", "pid": 4242, "boot_id": "boot-1",
+                 "pid_ns": "pid:[4026531836]", "start_ticks": 777}
+
+        def lock(own: dict) -> dict:
+            return cm.hs.acquire({"unit": cm.UNIT, "state_dir": host.state_dir, "expires_after": cm.LOCK_EXPIRES,
+                                  "wait": 0, "poll": 1, "owner": own, "state_mode": 0o700}, run=host.fake.run,
+                                 check_mode=False, now=host.fake.now, sleep=host.fake.advance, proc=str(proc))
+
+        lock(owner)
+        host.faults = cm._KillAtLabel("systemctl restart")
+        with pytest.raises(cm.Killed):
+            cm.UnitDeploy(host.manager()).deploy(cm.UNIT, [{"path": str(tmp_path / "launcher"), "content": "v2\n",
+                                                            "mode": 0o755}], cm.ROLLBACK_AFTER)
+        host.faults = cm.Faults()
+        (controller / "stat").unlink()
+        controller.rmdir()  # the controller is gone with the module
+        assert host.fake.armed() == ["specdec-deploy-rollback-llama-server"]
+        free = cm.hs.query({"unit": cm.UNIT, "state_dir": host.state_dir}, run=host.fake.run, now=host.fake.now,
+                           proc=str(proc), run_dir=str(host.fake.run_dir))
+        assert free["held"] and free["override"] == ["armed dead-man timer specdec-deploy-rollback-llama-server.timer"]
+        with pytest.raises(cm.hs.LockHeldError, match="locked by run deploy-1"):
+            lock({"run_id": "ab-2", "controller": "ctl2"})
+        host.fake.advance(cm.ROLLBACK_AFTER + 1)  # the deploy's dead-man puts the previous launcher back
+        assert (tmp_path / "launcher").read_text() == "v1\n" and not host.fake.armed()
+        assert "controller process 4242 is gone" in lock({"run_id": "ab-2", "controller": "ctl2"})["taken_over"]["why"]
+    finally:
+        host.close()

@@ -30,8 +30,8 @@ def not_armed(argv: Any) -> tuple[int, str, str]:
 
 def armed(argv: Any) -> tuple[int, str, str]:
     assert list(argv) == ["systemctl", "is-active", "specdec-rollback-llama-server.timer",
-                          "specdec-rearm-llama-server.timer"]
-    return 0, "active\ninactive\n", ""
+                          "specdec-rearm-llama-server.timer", "specdec-deploy-rollback-llama-server.timer"]
+    return 0, "active\ninactive\ninactive\n", ""
 
 
 class Clock:
@@ -176,9 +176,22 @@ def test_force_never_takes_a_live_runs_lock(tmp_path: Path) -> None:
 
 def test_the_dead_man_and_its_bridge_both_count_as_armed() -> None:
     def bridge_only(argv: Any) -> tuple[int, str, str]:
-        assert list(argv)[2:] == ["specdec-rollback-llama-server.timer", "specdec-rearm-llama-server.timer"]
-        return 0, "inactive\nactive\n", ""
+        assert list(argv)[2:] == ["specdec-rollback-llama-server.timer", "specdec-rearm-llama-server.timer",
+                                  "specdec-deploy-rollback-llama-server.timer"]
+        return 0, "inactive\nactive\ninactive\n", ""
     assert hs.timer_armed("llama-server", bridge_only) and not hs.timer_armed("llama-server", not_armed)
+
+
+def test_a_redeploys_dead_man_keeps_a_gone_controllers_lock(tmp_path: Path) -> None:
+    """A controller on the host itself (same boot, same pid namespace) killed while unit_deploy's dead-man waits
+    to put the previous files back: its lock is not stale until that timer is done (the crash matrix reproduces it
+    on the fake host: tests/unit/test_crash_matrix.py)."""
+    def deploy_armed(argv: Any) -> tuple[int, str, str]:
+        return 0, "inactive\ninactive\nactive\n", ""
+    assert hs.timer_armed("llama-server.service", deploy_armed)
+    record = {"run_id": "deploy-1", "expires_epoch": T0 + 1000}
+    assert hs.why_stale(record, T0 + 1, True, "its controller process 4242 is gone") is None
+    assert hs.why_stale(record, T0 + 1, False, "its controller process 4242 is gone").startswith("its controller")
 
 
 def test_a_lock_not_yet_expired_is_not_stale(tmp_path: Path) -> None:
