@@ -117,6 +117,7 @@ def test_the_read_only_steps_run_against_the_demo_host(tmp_path: Path) -> None:
         if "--check" in args:
             # the demo host is this machine, whose PID 1 is not systemd: the dry run fails as the real run would
             assert proc.returncode == 2, proc.stdout[-3000:]
+            assert "preflight table" in proc.stdout and "time plan on this box" in proc.stdout
             assert_one_line_failure(proc.stdout, "this host does not run systemd")
         else:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -198,3 +199,21 @@ def test_every_variable_and_file_the_guide_names_exists() -> None:
         for arg in argv:
             if arg.startswith(("playbooks/", "examples/")) or arg == "spec-ab.yml":
                 assert (ROOT / arg).exists(), arg
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    # a config the role cannot read (no baseline among them)
+    ('{"specdec_configs": [{"name": "draft", "env": {}}]}', ["specdec_configs: no config named 'baseline'",
+                                                           "fix it in the inventory"]),
+    # a traffic file that is not there
+    ('{"specdec_ab_traffic": [{"name": "chat", "file": "/nonexistent/chat.jsonl"}]}',
+     ["spec_ab_traffic names /nonexistent/chat.jsonl, not a file on the controller", "inventory_dir"]),
+    # a variable out of its range
+    ('{"specdec_ab_batch": 0}', ["specdec_ab_batch=0 is not valid", "Fix it where it is set"]),
+], ids=["bad-config", "bad-traffic-file", "bad-variable"])
+def test_an_operator_error_ends_the_run_in_one_line_once(tmp_path: Path, extra: str, expected: list[str]) -> None:
+    """The inputs an operator gets wrong most: the run ends with one failed task whose message names the input and
+    the fix, without Ansible's set_fact/filter wrapping in front of it, shown once."""
+    proc = dry_run(tmp_path, "-e", extra)
+    assert "Finalization of task args" not in proc.stdout + proc.stderr
+    assert_one_line_failure(proc.stdout, *expected)
