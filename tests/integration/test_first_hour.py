@@ -217,3 +217,19 @@ def test_an_operator_error_ends_the_run_in_one_line_once(tmp_path: Path, extra: 
     proc = dry_run(tmp_path, "-e", extra)
     assert "Finalization of task args" not in proc.stdout + proc.stderr
     assert_one_line_failure(proc.stdout, *expected)
+
+
+def test_one_unreadable_candidate_is_refused_and_the_others_planned(tmp_path: Path) -> None:
+    """A draft that is not there refuses that one config, with its reason in the table; the baseline and the other
+    candidate are still judged and planned (the run then stops only for the host's own reason: no systemd here)."""
+    configs = {"specdec_configs": [
+        {"name": "baseline", "env": {}},
+        {"name": "ngram-mod", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
+        {"name": "missing-draft", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple",
+                                          "LLAMA_ARG_SPEC_DRAFT_MODEL": "/nonexistent/draft.gguf"}}]}
+    proc = dry_run(tmp_path, "-e", json.dumps(configs))
+    assert '"missing-draft | ERROR: draft (the config\'s --spec-draft-model)=/nonexistent/draft.gguf: no such file' \
+        in proc.stdout
+    plan = proc.stdout.split("TASK [llmfleet.specdec.spec_ab : The time plan")[1].split("TASK [")[0]
+    assert '"  baseline: ' in plan and '"  ngram-mod: ' in plan and "missing-draft" not in plan
+    assert_one_line_failure(proc.stdout, "does not run systemd")
