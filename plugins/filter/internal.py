@@ -26,6 +26,7 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_timing,
     _steps_traffic,
     _steps_units,
+    _steps_vars,
     _steps_vllm,
 )
 
@@ -63,6 +64,7 @@ STEPS: dict[str, Any] = {
     "screen_select": _steps_screen.screen_select,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
     "error_line": lambda message: error_line(message),
+    "var_notes": _steps_vars.var_notes, "var_warnings": _steps_vars.var_warnings,
 }
 
 
