@@ -10,7 +10,6 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_ab,
     _steps_build,

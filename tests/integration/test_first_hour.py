@@ -141,9 +141,11 @@ def assert_one_line_failure(stdout: str, *expected: str) -> str:
     return msg
 
 
-FAKE_SYSTEMCTL = """#!/bin/sh
+SHOW_NOT_FOUND = "\\n".join(["LoadState=not-found", "FragmentPath=", "DropInPaths=", "ExecStart=",
+                               "NeedDaemonReload=no", "MainPID=0", "ActiveState=inactive", "Type=simple"])
+FAKE_SYSTEMCTL = f"""#!/bin/sh
 # systemd with no such unit: what `systemctl show` says for a unit it has not loaded
-case "$1" in show) printf 'LoadState=not-found\\nFragmentPath=\\nDropInPaths=\\nExecStart=\\nNeedDaemonReload=no\\nMainPID=0\\nActiveState=inactive\\nType=simple\\n';; esac
+case "$1" in show) printf '{SHOW_NOT_FOUND}\\n';; esac
 """
 
 
