@@ -74,9 +74,10 @@ _WRAPPING = re.compile(
 
 
 def error_line(message: Any) -> str:
-    """A failed task's message as the operator reads it: Ansible's wrapping removed, its first line only."""
-    text = _WRAPPING.sub("", str(message or "").strip())
-    return (text.splitlines() or [""])[0].strip() or str(message)
+    """A failed task's message as the operator reads it: Ansible's wrapping removed, in one line (a module's
+    message over several lines keeps every line, joined)."""
+    text = " ".join(_WRAPPING.sub("", str(message or "").strip()).split())
+    return text or str(message)
 
 
 def internal(value: Any, step: Any, *args: Any, **kwargs: Any) -> Any:

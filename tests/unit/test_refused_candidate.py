@@ -39,9 +39,10 @@ def test_a_step_asked_with_a_question_mark_returns_its_error_as_a_value() -> Non
     assert bad["error"] == ("specdec_configs: no config named 'baseline' (the baseline every round includes)")
 
 
-def test_error_line_strips_ansibles_wrapping_and_keeps_the_first_line() -> None:
+def test_error_line_strips_ansibles_wrapping_and_joins_the_lines() -> None:
     wrapped = ("Task failed: Finalization of task args for 'ansible.builtin.set_fact' failed: Error while resolving "
                "value for 'x': The filter plugin 'llmfleet.specdec.internal' failed: specdec_configs: two configs "
-               "are named 'a'\nOrigin: roles/spec_ab/tasks/main.yml:5:11")
+               "are named 'a'")
     assert error_line(wrapped) == "specdec_configs: two configs are named 'a'"
+    assert error_line("unit x: the drop-in\n  sets ExecStart=; fold it in") == "unit x: the drop-in sets ExecStart=; fold it in"
     assert error_line("spec_ab_max_rounds (0) must be 1 or more") == "spec_ab_max_rounds (0) must be 1 or more"
