@@ -235,3 +235,22 @@ def test_one_unreadable_candidate_is_refused_and_the_others_planned(tmp_path: Pa
     plan = proc.stdout.split("TASK [llmfleet.specdec.spec_ab : The time plan")[1].split("TASK [")[0]
     assert '"  baseline: ' in plan and '"  ngram-mod: ' in plan and "missing-draft" not in plan
     assert_one_line_failure(proc.stdout, "does not run systemd")
+
+
+def test_a_new_operators_local_host_with_no_unit_and_no_base_env(tmp_path: Path) -> None:
+    """An inline inventory, a local host with no unit, no systemd and no production env: the dry run's one line is
+    serving_unit_info's reason (why there was no production to judge against), once, and nothing changed."""
+    env = clean_env(tmp_path)
+    configs = {"specdec_configs": [{"name": "baseline", "env": {}},
+                                   {"name": "ngram-mod", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}]}
+    proc = run([str(BIN / "ansible-playbook"), "spec-ab.yml", "-i", "localbox,", "-l", "localbox", "--check",
+                "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}",
+                "-e", "specdec_cpu_only=true", "-e", "ansible_become=false", "-e", json.dumps(configs),
+                "-e", f"specdec_state_dir={tmp_path / 'state'}", "-e", f"spec_ab_results_dir={tmp_path / 'r'}"],
+               env, ok=False)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "production: none - no live unit read" in proc.stdout  # the table says so, not 'inventory'
+    assert_one_line_failure(proc.stdout, "localbox: llama-server.service (specdec_unit): this host does not run "
+                                         "systemd")
+    assert "localbox: localbox:" not in proc.stdout
+    assert not (tmp_path / "state").exists() and not (tmp_path / "r").exists()
