@@ -4,10 +4,12 @@
 # plumbing in plugin_utils/_steps_*.py. Not an interface: its steps change in any release, without deprecation.
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_ab,
     _steps_build,
@@ -23,6 +25,7 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_timing,
     _steps_traffic,
     _steps_units,
+    _steps_vars,
     _steps_vllm,
 )
 
@@ -59,11 +62,34 @@ STEPS: dict[str, Any] = {
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
     "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
+    "error_line": lambda message: error_line(message),
+    "var_notes": _steps_vars.var_notes, "var_warnings": _steps_vars.var_warnings,
 }
 
 
+# Ansible's wrapping in front of a task's message (2.19 and later): a set_fact whose filter failed, a lookup.
+_WRAPPING = re.compile(
+    r"^(?:Task failed: )?(?:Finalization of task args for '[^']*' failed: )?(?:Error while resolving value for "
+    r"'[^']*': )?(?:The (?:filter|lookup|test) plugin '[^']*' failed: )?")
+
+
+def error_line(message: Any) -> str:
+    """A failed task's message as the operator reads it: Ansible's wrapping removed, in one line (a module's
+    message over several lines keeps every line, joined)."""
+    text = " ".join(_WRAPPING.sub("", str(message or "").strip()).split())
+    return text or str(message)
+
+
 def internal(value: Any, step: Any, *args: Any, **kwargs: Any) -> Any:
-    """``value | llmfleet.specdec.internal('step', ...)``: ``STEPS[step](value, ...)``."""
+    """``value | llmfleet.specdec.internal('step', ...)``: ``STEPS[step](value, ...)``.
+
+    ``'step?'`` returns ``{'value': ..., 'error': ''}``, or the step's error as ``{'value': None, 'error': text}``
+    instead of raising: the role then fails once with that text, without Ansible's wrapping in front of it."""
+    if isinstance(step, str) and step.endswith("?"):
+        try:
+            return {"value": internal(value, step[:-1], *args, **kwargs), "error": ""}
+        except (AnsibleFilterError, SpecdecError) as exc:
+            return {"value": None, "error": error_line(getattr(exc, "message", None) or str(exc))}
     function = STEPS.get(step) if isinstance(step, str) else None
     if function is None:
         raise AnsibleFilterError(

@@ -69,6 +69,15 @@ options:
         with the pending change knowingly.
     type: bool
     default: false
+  endpoint:
+    description:
+      - The URL the play reaches production at (C(specdec_endpoint)). When given and the unit runs directly on the
+        host, a local process that listens on its port must be the unit's (its main process or one in its control
+        group); another process there fails, naming it and the fix, in check mode too - every measurement would
+        otherwise reach that process, not the unit.
+      - A port nothing on the host listens on (a remote endpoint) and a container unit are not checked here; the
+        health check that follows decides.
+    type: str
 notes:
   - Run it as root (C(become=true)) so that every unit file and env file can be read.
   - Tested on real systemd (Debian 12, systemd 252) in podman containers; see C(molecule/units).
@@ -194,11 +203,14 @@ pending_change:
   sample: "environment: LLAMA_ARG_CTX_SIZE: running '4096', next start '8192'"
 """
 
+import re
 import traceback
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, within_cgroup
 from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import (
     not_installed,
     pending_changes,
@@ -214,7 +226,39 @@ ARGUMENT_SPEC = dict(
     required=dict(type="bool", default=True),
     start_from_running=dict(type="bool", default=False),
     force=dict(type="bool", default=False),
+    endpoint=dict(type="str"),
 )
+
+
+# What systemctl says on a host whose PID 1 is not systemd (a container, WSL without systemd).
+NO_SYSTEMD = re.compile(r"not been booted with systemd|Failed to connect to bus|systemd as init system")
+
+
+def endpoint_problem(unit: dict, endpoint: str | None, run, proc: str = "/proc") -> str:
+    """Why ``endpoint`` is not the unit's server ('' when it is, or when this host cannot tell)."""
+    running = unit.get("running") or {}
+    pid = int(running.get("pid") or 0)
+    if not endpoint or unit.get("kind") == "container" or not pid:
+        return ""
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ""
+    view = ProcView(proc)
+    inodes = view.listening_inodes(port)
+    owners = view.socket_owners(inodes) if inodes else []
+    if not owners:
+        return ""
+    rc, out, _err = run(["systemctl", "show", unit["unit"], "-p", "ControlGroup", "--value"])
+    group = out.strip() if rc == 0 else ""
+    if any(owner == pid or within_cgroup(view.cgroup(owner), group) for owner in owners):
+        return ""
+    own = (unit.get("endpoint") or {}).get("url")
+    where = f" ({own}, from its command line)" if own else ""
+    return (f"specdec_endpoint {endpoint} is not {unit['unit']}'s server: port {port} is held by "
+            f"{view.owners_text(owners)}, not by the unit's process (pid {pid}); set specdec_endpoint to the address "
+            f"{unit['unit']} listens on{where}, or stop the other process")
 
 
 def main() -> None:
@@ -222,16 +266,29 @@ def main() -> None:
     p = module.params
     if module.get_bin_path("systemctl") is None:
         if p["required"]:
-            module.fail_json(msg=f"{p['unit']}: this host has no systemctl; serving units are systemd services")
+            module.fail_json(msg=f"{p['unit']} (specdec_unit): this host has no systemctl, and serving units are "
+                                 "systemd services; run the play on a host where production runs under systemd "
+                                 "(limit it with -l), or deploy the unit there (playbooks/deploy.yml)")
         module.exit_json(changed=False, serving_unit=not_installed(p["unit"], "this host has no systemctl"),
                          pending_change="")
     try:
         unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["engine"])
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    if not unit["installed"] and NO_SYSTEMD.search(unit.get("why") or ""):
+        unit["why"] = "this host does not run systemd (PID 1 is another init)"
+        if p["required"]:
+            module.fail_json(msg=f"{unit['unit']} (specdec_unit): this host does not run systemd, and serving units "
+                                 "are systemd services; run the play on a host where production runs under systemd "
+                                 "(limit it with -l)", serving_unit=unit)
     if not unit["installed"] and p["required"]:
-        module.fail_json(msg=f"{unit['unit']}: {unit['why']}; deploy the unit (role llmfleet.specdec.llamacpp_serve, "
-                             "or your own unit file) or name the right one in specdec_unit", serving_unit=unit)
+        why = " ".join((unit["why"] or "").split())
+        module.fail_json(msg=f"{unit['unit']} (specdec_unit): {why}; deploy the unit (role "
+                             "llmfleet.specdec.llamacpp_serve, or your own unit file) or name the right one in "
+                             "specdec_unit", serving_unit=unit)
+    problem = endpoint_problem(unit, p["endpoint"], lambda argv: module.run_command(list(argv)))
+    if problem:
+        module.fail_json(msg=problem, serving_unit=unit)
     unit["pending"] = pending_changes(unit)
     pending_change = pending_text(unit["pending"])
     if p["start_from_running"] and pending_change and not p["force"]:

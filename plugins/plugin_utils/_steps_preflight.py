@@ -99,11 +99,15 @@ def preflight_results(configs: list[dict[str, Any]], lint: list[dict[str, Any]],
         judged, refused = _judging(config, rendered, reference_env, baseline)
         if refused:
             out.append({"name": name, "legal": False, "error": refused, "silent_off": [], "fits": None,
+                        "errors": [{"code": "judging", "reason": refused}],
                         "worth": "-", "effective_chain": [], "judged_as": "-", "memory": "-"})
             continue
-        if lint_r.get("failed"):
+        # a config spec_lint could not read (a draft that is not there, a file that is no GGUF): refused with
+        # its reason, never started; the role's lint loop keeps going past it (failed_when: false)
+        if lint_r.get("failed") or ("ok" not in lint_r and lint_r.get("msg")):
             out.append({"name": name, "legal": False, "error": lint_r.get("msg"), "silent_off": [], "fits": None,
-                        "worth": "-", "effective_chain": []})
+                        "errors": [{"code": "unreadable", "reason": lint_r.get("msg")}],
+                        "worth": "-", "effective_chain": [], "judged_as": "-", "memory": "-"})
             continue
         budget = kv_r.get("kv_budget") if not kv_r.get("failed") else None
         worth_text, worth_data = _worth(by_name.get(name))
@@ -145,6 +149,8 @@ def preflight_table(results: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{r['name']} | {legal} | {off} | {fits} | {r['worth'] if r['legal'] else '-'} | {chain} | "
                      f"{r.get('judged_as', '-')} | {r.get('memory', '-')}")
     for r in results:
+        if r.get("error"):  # its row says it all
+            continue
         for kind in ("errors", "silent_off"):
             for f in r.get(kind) or []:
                 lines.append(f"  {r['name']}: {f.get('code')}: {f.get('reason')} -> {f.get('fix')}")

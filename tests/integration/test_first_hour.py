@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -112,9 +113,72 @@ def test_the_read_only_steps_run_against_the_demo_host(tmp_path: Path) -> None:
         args[args.index("-l") + 1] = "specdec-demo"
         proc = run([str(BIN / "ansible-playbook"), *args, "-e", "ansible_become=false",
                     "-e", f"specdec_state_dir={tmp_path / 'state'}", "-e", f"spec_ab_results_dir={tmp_path / 'r'}"],
-                   env)
-        assert ("DRY RUN (check mode)" in proc.stdout and "time plan on this box" in proc.stdout) \
-            if "--check" in args else "llama.cpp build:" in proc.stdout
+                   env, ok=False)
+        if "--check" in args:
+            # the demo host is this machine, whose PID 1 is not systemd: the dry run fails as the real run would
+            assert proc.returncode == 2, proc.stdout[-3000:]
+            assert "preflight table" in proc.stdout and "time plan on this box" in proc.stdout
+            assert_one_line_failure(proc.stdout, "this host does not run systemd")
+        else:
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert "llama.cpp build:" in proc.stdout
+    assert not (tmp_path / "state").exists() and not (tmp_path / "r").exists()
+
+
+def assert_one_line_failure(stdout: str, *expected: str) -> str:
+    """The run failed once, as the operator reads it: one failed task, its message one line naming the input
+    and the fix, without Ansible's wrapping, and nothing changed (the recap's changed=0)."""
+    fatal = [line for line in stdout.splitlines() if line.startswith("fatal: ")]
+    assert len(fatal) == 1, stdout[-4000:]
+    msg = json.loads(fatal[0].split("FAILED! => ", 1)[1])["msg"]
+    assert "\n" not in msg and "Finalization of task args" not in msg and "plugin" not in msg, msg
+    # once: ansible-core 2.19's default callback shows each failed task as an [ERROR] summary above its fatal line
+    shown = "\n".join(line for line in stdout.splitlines() if not line.startswith("[ERROR]: Task failed: Action failed: "))
+    assert shown.count(msg) == 1, msg
+    for text in expected:
+        assert text in msg, msg
+    assert re.search(r"changed=0 .*failed=1", stdout), stdout[-1000:]
+    return msg
+
+
+SHOW_NOT_FOUND = "\\n".join(["LoadState=not-found", "FragmentPath=", "DropInPaths=", "ExecStart=",
+                               "NeedDaemonReload=no", "MainPID=0", "ActiveState=inactive", "Type=simple"])
+FAKE_SYSTEMCTL = f"""#!/bin/sh
+# systemd with no such unit: what `systemctl show` says for a unit it has not loaded
+case "$1" in show) printf '{SHOW_NOT_FOUND}\\n';; esac
+"""
+
+
+def dry_run(tmp_path: Path, *extra: str, fake_systemctl: bool = False) -> subprocess.CompletedProcess:
+    """spec-ab.yml --check on the demo host (this machine), with a systemctl that knows no unit if asked."""
+    cache = tmp_path / "cache"
+    if not (cache / "demo-models").exists():
+        write_standard_set(cache / "demo-models")
+    env = clean_env(tmp_path, LLMFLEET_CACHE=str(cache))
+    if fake_systemctl:
+        fake = tmp_path / "fakebin"
+        fake.mkdir(exist_ok=True)
+        (fake / "systemctl").write_text(FAKE_SYSTEMCTL)
+        (fake / "systemctl").chmod(0o755)
+        env["PATH"] = f"{fake}:{env['PATH']}"
+    return run([str(BIN / "ansible-playbook"), "spec-ab.yml", "-i", str(ROOT / "inventory" / "hosts.yml"),
+                "-l", "specdec-demo", "--check", "-e", "ansible_become=false",
+                "-e", f"specdec_state_dir={tmp_path / 'state'}", "-e", f"spec_ab_results_dir={tmp_path / 'r'}",
+                *extra], env, ok=False)
+
+
+def test_the_dry_run_fails_where_the_real_run_would(tmp_path: Path) -> None:
+    """No systemd on the host, no unit, a misspelt specdec_unit: --check fails with serving_unit_info's reason,
+    one line naming the input and the fix, under the dry run's own task name, and nothing reports changed."""
+    proc = dry_run(tmp_path)
+    assert "This host's dry run failed (check mode" in proc.stdout
+    assert_one_line_failure(proc.stdout, "llama-server.service (specdec_unit)", "does not run systemd", "-l")
+    proc = dry_run(tmp_path, fake_systemctl=True)
+    assert_one_line_failure(proc.stdout, "llama-server.service (specdec_unit)", "systemd has no unit",
+                            "name the right one in specdec_unit")
+    proc = dry_run(tmp_path, "-e", "specdec_unit=llama-servr", fake_systemctl=True)
+    assert_one_line_failure(proc.stdout, "llama-servr.service (specdec_unit)", "systemd has no unit",
+                            "name the right one in specdec_unit")
     assert not (tmp_path / "state").exists() and not (tmp_path / "r").exists()
 
 
@@ -137,3 +201,56 @@ def test_every_variable_and_file_the_guide_names_exists() -> None:
         for arg in argv:
             if arg.startswith(("playbooks/", "examples/")) or arg == "spec-ab.yml":
                 assert (ROOT / arg).exists(), arg
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    # a config the role cannot read (no baseline among them)
+    ('{"specdec_configs": [{"name": "draft", "env": {}}]}', ["specdec_configs: no config named 'baseline'",
+                                                           "fix it in the inventory"]),
+    # a traffic file that is not there
+    ('{"specdec_ab_traffic": [{"name": "chat", "file": "/nonexistent/chat.jsonl"}]}',
+     ["spec_ab_traffic names /nonexistent/chat.jsonl, not a file on the controller", "inventory_dir"]),
+    # a variable out of its range
+    ('{"specdec_ab_batch": 0}', ["specdec_ab_batch=0 is not valid", "Fix it where it is set"]),
+], ids=["bad-config", "bad-traffic-file", "bad-variable"])
+def test_an_operator_error_ends_the_run_in_one_line_once(tmp_path: Path, extra: str, expected: list[str]) -> None:
+    """The inputs an operator gets wrong most: the run ends with one failed task whose message names the input and
+    the fix, without Ansible's set_fact/filter wrapping in front of it, shown once."""
+    proc = dry_run(tmp_path, "-e", extra)
+    assert "Finalization of task args" not in proc.stdout + proc.stderr
+    assert_one_line_failure(proc.stdout, *expected)
+
+
+def test_one_unreadable_candidate_is_refused_and_the_others_planned(tmp_path: Path) -> None:
+    """A draft that is not there refuses that one config, with its reason in the table; the baseline and the other
+    candidate are still judged and planned (the run then stops only for the host's own reason: no systemd here)."""
+    configs = {"specdec_configs": [
+        {"name": "baseline", "env": {}},
+        {"name": "ngram-mod", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}},
+        {"name": "missing-draft", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple",
+                                          "LLAMA_ARG_SPEC_DRAFT_MODEL": "/nonexistent/draft.gguf"}}]}
+    proc = dry_run(tmp_path, "-e", json.dumps(configs))
+    assert '"missing-draft | ERROR: draft (the config\'s --spec-draft-model)=/nonexistent/draft.gguf: no such file' \
+        in proc.stdout
+    plan = proc.stdout.split("TASK [llmfleet.specdec.spec_ab : The time plan")[1].split("TASK [")[0]
+    assert '"  baseline: ' in plan and '"  ngram-mod: ' in plan and "missing-draft" not in plan
+    assert_one_line_failure(proc.stdout, "does not run systemd")
+
+
+def test_a_new_operators_local_host_with_no_unit_and_no_base_env(tmp_path: Path) -> None:
+    """An inline inventory, a local host with no unit, no systemd and no production env: the dry run's one line is
+    serving_unit_info's reason (why there was no production to judge against), once, and nothing changed."""
+    env = clean_env(tmp_path)
+    configs = {"specdec_configs": [{"name": "baseline", "env": {}},
+                                   {"name": "ngram-mod", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod"}}]}
+    proc = run([str(BIN / "ansible-playbook"), "spec-ab.yml", "-i", "localbox,", "-l", "localbox", "--check",
+                "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}",
+                "-e", "specdec_cpu_only=true", "-e", "ansible_become=false", "-e", json.dumps(configs),
+                "-e", f"specdec_state_dir={tmp_path / 'state'}", "-e", f"spec_ab_results_dir={tmp_path / 'r'}"],
+               env, ok=False)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "production: none - no live unit read" in proc.stdout  # the table says so, not 'inventory'
+    assert_one_line_failure(proc.stdout, "localbox: llama-server.service (specdec_unit): this host does not run "
+                                         "systemd")
+    assert "localbox: localbox:" not in proc.stdout
+    assert not (tmp_path / "state").exists() and not (tmp_path / "r").exists()

@@ -117,10 +117,15 @@ def ansible_playbook(args: list[str], cwd: Path, **env: str) -> subprocess.Compl
 
 
 def failures(out: str) -> dict[str, list[tuple[str, str]]]:
-    """host -> [(variable, msg)] of each failed item of the check."""
+    """host -> [(variable, msg)] of each variable the check refused: one failed task per host, whose message
+    names each refused variable (``<host>: <name>=<value> is not valid: ...``) in turn."""
     found: dict[str, list[tuple[str, str]]] = {}
-    for m in re.finditer(r"^failed: \[([^\]]+)\] \(item=([a-z_]+)\) => (\{.*\})$", out, re.M):
-        found.setdefault(m.group(1), []).append((m.group(2), json.loads(m.group(3))["msg"]))
+    for m in re.finditer(r"^fatal: \[([^\]]+)\]: FAILED! => (\{.*\})$", out, re.M):
+        host, msg = m.group(1), json.loads(m.group(2))["msg"]
+        parts = re.split(rf"(?:^| )(?={re.escape(host)}: [a-z_]+=)", msg)
+        for part in filter(None, parts):
+            name = re.match(rf"{re.escape(host)}: ([a-z_]+)=", part)
+            found.setdefault(host, []).append((name.group(1) if name else "?", part))
     return found
 
 

@@ -28,11 +28,14 @@ HOSTS = {
 
 
 def first_check() -> dict:
-    """The role's first task: the assert on the run's settings."""
+    """The role's first task: the stop on the run's settings (its message and its condition, as one fail task:
+    tasks/stop.yml fails with spec_ab_stop when the role runs outside spec-ab.yml)."""
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
     check = tasks[0]["block"][0]
-    assert check["name"].startswith("The run's settings make sense") and "ansible.builtin.assert" in check
-    return check
+    assert check["name"].startswith("Stop when the run's settings make no sense")
+    assert check["ansible.builtin.include_tasks"] == "stop.yml"
+    return {"name": check["name"], "ansible.builtin.fail": {"msg": "{{ spec_ab_stop }}"}, "vars": check["vars"],
+            "when": check["when"]}
 
 
 def test_one_round_is_refused_naming_the_fix_unless_it_is_a_smoke_run(tmp_path):
