@@ -68,6 +68,83 @@ $(TOOLS)/.installed: requirements-lint.txt
 
 tools: $(TOOLS)/.installed
 
+# The newest ansible-core lane (docs/testing.md, "Which ansible-core"): requirements-test.txt with the pins of
+# constraints-newest.txt (ansible-core 2.21 and the `ansible` release that goes with it) in a venv of Python 3.12,
+# which ansible-core 2.20 and later require. Cached like TOOLS, by a hash of the files it is built from, so it is
+# built once; .venv and constraints.txt (the oldest supported ansible-core, requires_ansible) are not touched.
+# The interpreter: NEWEST_PYTHON when given, else python3.12 on PATH if it runs (a pyenv shim may be there and not
+# run), else pyenv's 3.12.
+NEWEST_INPUTS := requirements.txt requirements-test.txt constraints-newest.txt tests/suite/newest_requirements.py
+NEWEST := $(CACHE)/newest-$(shell cat $(NEWEST_INPUTS) | sha256sum | cut -c1-12)
+NEWEST_PYTHON ?=
+$(NEWEST)/.installed: $(NEWEST_INPUTS)
+	@py=""; \
+	if [ -n "$(NEWEST_PYTHON)" ]; then candidates="$(NEWEST_PYTHON)"; \
+	else candidates="$$(command -v python3.12) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | sort -uV -r)"; fi; \
+	for c in $$candidates; do \
+	  if "$$c" -c 'import sys, venv; sys.exit(sys.version_info[:2] < (3, 12))' 2>/dev/null; then py=$$c; break; fi; done; \
+	if [ -z "$$py" ]; then \
+	  echo "make test-newest-ansible: no working Python >= 3.12 (tried: $${candidates:-nothing}); ansible-core 2.21 requires it." >&2; \
+	  echo "  Install python3.12 with its venv module (apt-get install python3.12 python3.12-venv, or pyenv install 3.12)," >&2; \
+	  echo "  or give its path: make test-newest-ansible NEWEST_PYTHON=/path/to/python3.12" >&2; exit 1; fi; \
+	echo "newest ansible-core venv: $(NEWEST) from $$py"; \
+	rm -rf $(NEWEST) && "$$py" -m venv $(NEWEST) && \
+	$(NEWEST)/bin/python -m pip install -q --upgrade pip && \
+	$(PYTHON) tests/suite/newest_requirements.py requirements-test.txt constraints-newest.txt > $(NEWEST)/requirements-test.txt && \
+	$(NEWEST)/bin/python -m pip install -q -r $(NEWEST)/requirements-test.txt -c constraints-newest.txt && \
+	touch $@
+
+# awx.awx (playbooks/awx_setup.yml, tests/unit/test_awx.py): the `ansible` package dropped it after 12.x and Galaxy is
+# unreachable here, so it is unpacked from the 12.x wheel .venv has it from (its requires_ansible is >=2.9.10).
+NEWEST_AWX_FROM := ansible==12.3.0
+$(NEWEST)/.awx: $(NEWEST)/.installed
+	rm -rf $(NEWEST)/awx-wheel
+	$(NEWEST)/bin/python -m pip download -q --no-deps $(NEWEST_AWX_FROM) -d $(NEWEST)/awx-wheel
+	$(NEWEST)/bin/python -c 'import glob, sys, sysconfig, zipfile; \
+	  z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0]); \
+	  z.extractall(sysconfig.get_paths()["purelib"], [n for n in z.namelist() if n.startswith("ansible_collections/awx/")])' \
+	  $(NEWEST)/awx-wheel
+	rm -rf $(NEWEST)/awx-wheel
+	touch $@
+
+.PHONY: newest-venv
+newest-venv: $(NEWEST)/.installed $(NEWEST)/.awx
+	@echo $(NEWEST)
+
+# The suite on the newest ansible-core (2.21; `make test` runs on the oldest supported one, constraints.txt): the unit
+# tests, tests/sanity/run.py, ansible-test sanity from 2.21 (tests/sanity/ignore-2.21.txt) and one real A/B scenario
+# (molecule/watch: a short A/B, a promotion, the watch, put back), each with the venv above; a table of their seconds
+# at the end, like `make test`'s. NEWEST_UNIT picks the unit tests: all of tests/unit (the default), or `core`, the
+# files that go through ansible-core's own machinery (ansible-playbook and ansible-doc runs, the filter and action
+# plugins, role argument specs and templates): the cheapest lane that still runs what a new ansible-core can break.
+NEWEST_UNIT ?= tests/unit
+NEWEST_UNIT_CORE := $(addprefix tests/unit/,test_ab_filters.py test_awx.py test_breakeven.py test_build.py \
+  test_check_vars.py test_drift.py test_filter_surface.py test_fleet.py test_gguf_info_doc.py test_gpu_facts.py \
+  test_gpu_proof.py test_host_state.py test_host_state_playbooks.py test_metadata.py test_ops_playbooks.py \
+  test_option_names.py test_paths.py test_podman_transport.py test_preflight_filters.py test_progress.py \
+  test_promote.py test_quality.py test_report.py test_results_dir.py test_role_argument_specs.py test_roles_render.py \
+  test_rollout_playbooks.py test_spec_ab_dry_run.py test_steps_screen.py test_tags.py test_timing.py \
+  test_traffic_filters.py test_version_added.py test_vllm_serve_cpu.py test_watch_docs.py test_watch_playbook.py)
+NEWEST_STAGES := $(CURDIR)/.build/newest-stages.tsv
+.PHONY: test-newest-ansible test-newest-stages newest-unit newest-sanity newest-molecule
+test-newest-ansible:
+	@mkdir -p .build; : > $(NEWEST_STAGES); \
+	export SPECDEC_STAGES=$(NEWEST_STAGES) SPECDEC_STAGES_T0=$$(date +%s); \
+	$(MAKE) --no-print-directory test-newest-stages; \
+	$(PYTHON) tests/suite/stage_table.py $(NEWEST_STAGES) "make test-newest-ansible"
+test-newest-stages:
+	@$(stage) "newest venv" $(MAKE) --no-print-directory newest-venv collection || { echo "test-newest-ansible: no venv, nothing else can run"; exit 1; }
+	@$(stage) "2.21 pytest unit" $(MAKE) --no-print-directory newest-unit || true
+	@$(stage) "2.21 sanity" $(MAKE) --no-print-directory newest-sanity || true
+	@$(stage) "2.21 molecule watch" $(MAKE) --no-print-directory newest-molecule || true
+newest-unit: newest-venv collection
+	$(NEWEST)/bin/python -m pytest -q --durations=15 $(if $(filter core,$(NEWEST_UNIT)),$(NEWEST_UNIT_CORE),$(NEWEST_UNIT))
+newest-sanity: newest-venv collection
+	$(NEWEST)/bin/python tests/sanity/run.py
+	tests/sanity/ansible_test.sh $(NEWEST)/bin/python
+newest-molecule: newest-venv
+	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=watch MOLECULE_VENV=$(NEWEST)
+
 # The ecosystem's own checks: ansible-test sanity (offline: tests/sanity/ansible_test.sh), ansible-lint with the
 # production profile, galaxy-importer on the built tarball, and the project's check that every file has its
 # license header and every plugin its documentation.
@@ -268,9 +345,13 @@ endef
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
 MOLECULE_SCENARIOS ?= $(MOLECULE_LANE_A) $(MOLECULE_LANE_B) $(MOLECULE_AB_LANE_A) $(MOLECULE_AB_LANE_B) $(MOLECULE_ALONE)
+# The controller venv the scenarios run with (molecule, ansible-playbook and containers.podman come from it):
+# .venv, or the newest ansible-core lane's venv (test-newest-ansible gives MOLECULE_VENV=$(NEWEST)).
+MOLECULE_VENV ?= $(VENV)
 molecule: venv collection llama-server models win-models
 	@$(container_tools)
 	@$(host_env); \
+	export PATH=$(abspath $(MOLECULE_VENV))/bin:$$PATH; \
 	case " $(MOLECULE_SCENARIOS) " in *" vllm "*) $(vllm_env);; esac; \
 	case " $(MOLECULE_SCENARIOS) " in *" ssh "*) \
 	  SPECDEC_SSH_IMAGE=$$(molecule/ssh/build_image.sh | tail -1) || exit 1; \
@@ -279,7 +360,7 @@ molecule: venv collection llama-server models win-models
 	passed=0; failed=0; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  start=$$SECONDS; \
-	  if $(stage) $$scenario $(VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
+	  if $(stage) $$scenario $(MOLECULE_VENV)/bin/molecule test -s $$scenario; then passed=$$((passed + 1)); else failed=$$((failed + 1)); fi; \
 	  echo "molecule scenario $$scenario: $$((SECONDS - start)) s"; \
 	done; \
 	for scenario in $(MOLECULE_SCENARIOS); do \

@@ -8,6 +8,7 @@ import socket
 import gguf
 import numpy as np
 import pytest
+from ansible.module_utils.common.parameters import PASS_VARS
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _http
@@ -297,6 +298,9 @@ def test_gguf_info_never_returns_url_headers(model: tuple[bytes, int], capsys: p
     data, _dummy = model
     with raw_server(_serve_ranges(data)) as server:
         args = {"path": f"{server.url}/m.gguf", "url_headers": {"Authorization": f"Bearer {SECRET}"}}
+        if "inject_invocation" in PASS_VARS:
+            # ansible-core 2.21 returns the module's invocation only when the controller asks for it (2.19 always)
+            args["_ansible_inject_invocation"] = True
         with patch_module_args(args), pytest.raises(SystemExit):
             gguf_info.main()
     raw = capsys.readouterr().out

@@ -53,6 +53,45 @@ DOCUMENTATION = """
           - name: ansible_podman_executable
         env:
           - name: ANSIBLE_PODMAN_EXECUTABLE
+      # The options below are read only by the newer containers.podman (the `ansible` 13+ package; see the class).
+      container_timeout:
+        description: Timeout in seconds for container operations, 0 for none.
+        default: 0
+        type: int
+        vars:
+          - name: ansible_podman_timeout
+        env:
+          - name: ANSIBLE_PODMAN_TIMEOUT
+      mount_detection:
+        description: Mount the container's root for file transfers.
+        default: true
+        type: bool
+        vars:
+          - name: ansible_podman_mount_detection
+      ignore_mount_errors:
+        description: Copy with podman cp when mounting fails.
+        default: true
+        type: bool
+        vars:
+          - name: ansible_podman_ignore_mount_errors
+      extra_env_vars:
+        description: Additional environment variables set in the container.
+        default: {}
+        type: dict
+        vars:
+          - name: ansible_podman_extra_env
+      privilege_escalation_method:
+        description: Privilege escalation inside the container.
+        default: auto
+        choices: [auto, sudo, su, none]
+        type: str
+        vars:
+          - name: ansible_podman_privilege_escalation
+      working_directory:
+        description: Working directory for commands run in the container.
+        type: str
+        vars:
+          - name: ansible_podman_working_directory
       pipelining:
         description: Send modules over stdin instead of a temporary file.
         type: boolean
@@ -67,8 +106,13 @@ DOCUMENTATION = """
 """
 
 
-class Connection(PodmanConnection):
-    transport = "podman"
+# containers.podman 1.17 and later (the `ansible` 13+ package, which ansible-core 2.20+ goes with) pipelines by itself
+# (`podman exec -i`) and mounts only when a file moves: Connection is then that plugin as it is. The older one (the
+# `ansible` 12 package, ansible-core 2.19) gets the methods of _Pipelined.
+PARENT_PIPELINES = bool(getattr(PodmanConnection, "has_pipelining", False))
+
+
+class _Pipelined(PodmanConnection):
     has_pipelining = True
 
     def _connect(self):
@@ -97,3 +141,8 @@ class Connection(PodmanConnection):
     def fetch_file(self, in_path, out_path):
         self._mount()
         return super().fetch_file(in_path, out_path)
+
+
+class Connection(PodmanConnection if PARENT_PIPELINES else _Pipelined):
+    transport = "podman"
+    has_pipelining = True
