@@ -12,6 +12,8 @@ description:
   - Ansible's default stdout callback, except for one kind of result. A C(debug) task whose result is only a
     message (a line, or a list of lines such as the preflight table, the dry run's plan or the verdicts) prints
     that message as plain lines under the host, one list item a line, never wrapped, quoted or escaped.
+  - A C(fail) or C(assert) task that fails with only a message (how the collection's plays stop, naming the input
+    and the fix) prints that message once, on the C(fatal) line, without the error summary Ansible prints above it.
   - Every other result prints as the default callback prints it (with its C(result_format)).
   - The repository's C(ansible.cfg) sets it with C(stdout_callback = llmfleet.specdec.tables); set
     C(ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default) for Ansible's own output.
@@ -25,12 +27,16 @@ requirements:
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 _DEBUG = frozenset(("debug", "ansible.builtin.debug", "ansible.legacy.debug"))
+_STOPS = frozenset(("fail", "ansible.builtin.fail", "ansible.legacy.fail",
+                    "assert", "ansible.builtin.assert", "ansible.legacy.assert"))
 
 
-def message_lines(result):
-    """The lines of a debug result that carries only its message, else None (the default output then)."""
-    shown = {k: v for k, v in result.items() if not k.startswith("_ansible") and k not in ("changed", "failed")}
-    if set(shown) != {"msg"} or result.get("changed") or result.get("failed"):
+def message_lines(result, failed=False):
+    """The lines of a debug result (or, ``failed``, a fail/assert result) that carries only its message, else None
+    (the default output then)."""
+    skip = ("changed", "failed", "exception", "assertion", "evaluated_to") if failed else ("changed", "failed")
+    shown = {k: v for k, v in result.items() if not k.startswith("_ansible") and k not in skip}
+    if set(shown) != {"msg"} or result.get("changed") or (result.get("failed") and not failed):
         return None
     msg = shown["msg"]
     if isinstance(msg, str):
@@ -62,3 +68,21 @@ class CallbackModule(DefaultCallback):
         self._display.display(f"ok: [{host}] =>")
         for line in lines:
             self._display.display(f"    {line}")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        task = getattr(result, "task", None) or result._task
+        data = getattr(result, "result", None)
+        data = data if isinstance(data, dict) else result._result
+        lines = message_lines(data, failed=True) if task.action in _STOPS and not task.loop else None
+        if lines is None:
+            super().v2_runner_on_failed(result, ignore_errors=ignore_errors)
+            return
+        if self._last_task_banner != task._uuid:
+            self._print_task_banner(task)
+        self._handle_warnings(data)
+        from ansible import constants as C
+
+        self._display.display(f"fatal: [{self.host_label(result)}]: FAILED! => {' '.join(lines)}", color=C.COLOR_ERROR,
+                              stderr=self.get_option("display_failed_stderr"))
+        if ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)

@@ -66,3 +66,26 @@ def test_only_a_bare_message_is_printed_plain() -> None:
     assert message_lines({"msg": {"a": 1}}) is None
     assert message_lines({"msg": "a", "other": 1}) is None
     assert message_lines({"msg": "a", "failed": True}) is None
+
+
+def test_a_stop_prints_its_message_once_on_the_fatal_line(tmp_path: Path) -> None:
+    (tmp_path / "play.yml").write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Stop, naming the input and the fix
+      ansible.builtin.fail:
+        msg: "box1: specdec_unit=llama-srv is not a unit on this host; fix specdec_unit"
+""")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "t"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    assert "fatal: [localhost]: FAILED! => box1: specdec_unit=llama-srv is not a unit on this host; fix specdec_unit" \
+        in out.splitlines()
+    assert out.count("is not a unit on this host") == 1 and "[ERROR]" not in out
+    assert message_lines({"msg": "x", "exception": "tb"}, failed=True) == ["x"]
+    assert message_lines({"msg": "x", "rc": 1}, failed=True) is None  # a module's failure: Ansible's own output

@@ -120,8 +120,9 @@ def failures(out: str) -> dict[str, list[tuple[str, str]]]:
     """host -> [(variable, msg)] of each variable the check refused: one failed task per host, whose message
     names each refused variable (``<host>: <name>=<value> is not valid: ...``) in turn."""
     found: dict[str, list[tuple[str, str]]] = {}
-    for m in re.finditer(r"^fatal: \[([^\]]+)\]: FAILED! => (\{.*\})$", out, re.M):
-        host, msg = m.group(1), json.loads(m.group(2))["msg"]
+    for m in re.finditer(r"^fatal: \[([^\]]+)\]: FAILED! => (.*)$", out, re.M):
+        # the collection's callback prints a stop's message as it is; Ansible's default, as JSON
+        host, msg = m.group(1), json.loads(m.group(2))["msg"] if m.group(2).startswith("{") else m.group(2)
         parts = re.split(rf"(?:^| )(?={re.escape(host)}: [a-z_]+=)", msg)
         for part in filter(None, parts):
             name = re.match(rf"{re.escape(host)}: ([a-z_]+)=", part)

@@ -498,8 +498,9 @@ def test_module_refuses_bad_sizes(replay, capsys):
 def test_module_argument_spec_matches_run_bench():
     import inspect
     params = set(inspect.signature(ep.run_bench).parameters) - {"client", "custom"}
-    # the load phase and the operator's traffic are the module's own (_load, _traffic), around run_bench
-    assert set(spec_bench.ARGUMENT_SPEC) - {"concurrency", "load_bursts", "traffic"} == params
+    # the load phase, the operator's traffic and the port owner's check are the module's own (_load, _traffic,
+    # _bench_owner), around run_bench
+    assert set(spec_bench.ARGUMENT_SPEC) - {"concurrency", "load_bursts", "traffic", "unit"} == params
 
 
 def test_a_server_that_breaks_mid_measurement_returns_what_was_measured(replay):

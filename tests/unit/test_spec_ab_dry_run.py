@@ -1,4 +1,5 @@
-"""`spec-ab.yml --check` on the local demo host: the dry run prints the plan and the lock's state, writes nothing.
+"""`spec-ab.yml --check` on the local demo host (no systemd): the dry run prints the table and the plan with the lock's
+expiry, then fails where the real run would, in one line, and writes nothing.
 
 The plan's dead-man and the lock's expiry are sized like the real run's (state_begin.yml); a dry run that asked
 for the lock with the role's default expiry (0) failed where the real run would have run. molecule/ab runs the same
@@ -28,10 +29,18 @@ def test_check_mode_plans_sizes_the_lock_and_writes_nothing(tmp_path: Path) -> N
                            "-e", "ansible_become=false", "-e", f"specdec_state_dir={state}",
                            "-e", f"spec_ab_results_dir={results}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "DRY RUN (check mode)" in proc.stdout
-    assert "measurements planned" in proc.stdout
-    assert f"lock {state}/locks/llama-server.json: free" in proc.stdout
+    out = proc.stdout + proc.stderr
+    # the controller has no systemd: the dry run shows the table and the plan, then fails where the real run would,
+    # once, in one line naming the fix (the plan's end, the lock's line, is molecule/ab's to check on real systemd)
+    assert proc.returncode == 2, out[-3000:]
+    assert "Show the preflight table" in out and "The time plan" in out
+    assert re.search(r"lock expires [0-9]+ s after its last renewal", out), out[-3000:]
+    fatal = [line for line in out.splitlines() if line.startswith("fatal: ")]
+    assert fatal == ["fatal: [specdec-demo]: FAILED! => specdec-demo: llama-server.service (specdec_unit): this host "
+                     "does not run systemd, and serving units are systemd services; run the play on a host where "
+                     "production runs under systemd (limit it with -l)"], fatal
+    assert out.count("this host does not run systemd") == 1
+    assert "TASK [This host's dry run failed (check mode - nothing was started, changed or kept)]" in out
     # nothing in --check reports changed
     assert re.search(r"specdec-demo\s+: ok=\d+\s+changed=0\s", proc.stdout), proc.stdout[-600:]
     assert not state.exists() and not results.exists()
