@@ -24,6 +24,7 @@ requirements:
   - set as stdout in configuration
 """
 
+from ansible import constants
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 _DEBUG = frozenset(("debug", "ansible.builtin.debug", "ansible.legacy.debug"))
@@ -80,9 +81,7 @@ class CallbackModule(DefaultCallback):
         if self._last_task_banner != task._uuid:
             self._print_task_banner(task)
         self._handle_warnings(data)
-        from ansible import constants as C
-
-        self._display.display(f"fatal: [{self.host_label(result)}]: FAILED! => {' '.join(lines)}", color=C.COLOR_ERROR,
-                              stderr=self.get_option("display_failed_stderr"))
+        self._display.display(f"fatal: [{self.host_label(result)}]: FAILED! => {' '.join(lines)}",
+                              color=constants.COLOR_ERROR, stderr=self.get_option("display_failed_stderr"))
         if ignore_errors:
-            self._display.display("...ignoring", color=C.COLOR_SKIP)
+            self._display.display("...ignoring", color=constants.COLOR_SKIP)
