@@ -62,7 +62,6 @@ STEPS: dict[str, Any] = {
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
     "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
-    "error_line": lambda message: error_line(message),
     "var_notes": _steps_vars.var_notes, "var_warnings": _steps_vars.var_warnings,
 }
 
@@ -78,6 +77,9 @@ def error_line(message: Any) -> str:
     message over several lines keeps every line, joined)."""
     text = " ".join(_WRAPPING.sub("", str(message or "").strip()).split())
     return text or str(message)
+
+
+STEPS["error_line"] = error_line
 
 
 def internal(value: Any, step: Any, *args: Any, **kwargs: Any) -> Any:

@@ -344,8 +344,8 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                   promoted_dropin=promoted,
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
-                           "matches": described["kind"] == "wrapper" or running_argv in (list(expanded),
-                                                                                          uc.exec_tail(expanded))
+                           "matches": (described["kind"] == "wrapper"
+                                       or running_argv in (list(expanded), uc.exec_tail(expanded)))
                            if running_argv is not None else None},
                   warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
                             for w in settings.kept_escapes])

@@ -55,7 +55,7 @@ def wrapper_shape(argv: Sequence[str]) -> str | None:
 
 def _cmdline(proc: str, pid: int) -> List[str]:
     raw = read_text(os.path.join(proc, str(pid), "cmdline")) or ""
-    return [part for part in raw.rstrip("\x00").split("\x00")] if raw else []
+    return list(raw.rstrip("\x00").split("\x00")) if raw else []
 
 
 def _server(argv: Sequence[str]) -> Tuple[str, int] | None:

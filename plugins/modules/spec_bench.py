@@ -416,7 +416,10 @@ def main() -> None:
     params = dict(module.params)
     concurrency, bursts, traffic = params.pop("concurrency"), params.pop("load_bursts"), params.pop("traffic")
     unit = params.pop("unit")
-    run = lambda argv: module.run_command(list(argv))  # noqa: E731
+
+    def run(argv):
+        return module.run_command(list(argv))
+
     owner = None
     try:
         if unit:  # the unit's own server answers the endpoint, or nothing is measured

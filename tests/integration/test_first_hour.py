@@ -143,7 +143,7 @@ def assert_one_line_failure(stdout: str, *expected: str) -> str:
 
 
 SHOW_NOT_FOUND = "\\n".join(["LoadState=not-found", "FragmentPath=", "DropInPaths=", "ExecStart=",
-                               "NeedDaemonReload=no", "MainPID=0", "ActiveState=inactive", "Type=simple"])
+                             "NeedDaemonReload=no", "MainPID=0", "ActiveState=inactive", "Type=simple"])
 FAKE_SYSTEMCTL = f"""#!/bin/sh
 # systemd with no such unit: what `systemctl show` says for a unit it has not loaded
 case "$1" in show) printf '{SHOW_NOT_FOUND}\\n';; esac
@@ -206,8 +206,8 @@ def test_every_variable_and_file_the_guide_names_exists() -> None:
 
 @pytest.mark.parametrize(("extra", "expected"), [
     # a config the role cannot read (no baseline among them)
-    ('{"specdec_configs": [{"name": "draft", "env": {}}]}', ["specdec_configs: no config named 'baseline'",
-                                                           "fix it in the inventory"]),
+    ('{"specdec_configs": [{"name": "draft", "env": {}}]}',
+     ["specdec_configs: no config named 'baseline'", "fix it in the inventory"]),
     # a traffic file that is not there
     ('{"specdec_ab_traffic": [{"name": "chat", "file": "/nonexistent/chat.jsonl"}]}',
      ["spec_ab_traffic names /nonexistent/chat.jsonl, not a file on the controller", "inventory_dir"]),

@@ -764,8 +764,8 @@ def _checked(force: bool, play: Callable[[Host], Any]) -> Callable[[Host], Any]:
 def _ab_first_slot(host: Host) -> Any:
     """Role spec_ab from its check on: the lock, then its first slot (a candidate)."""
     host.task("ab_lock state=present", lambda: host.lock("ab-1"))
-    return host.task("unit_override state=present", lambda: host.manager().present(UNIT, _config(CANDIDATE_A),
-                                                                                     ROLLBACK_AFTER))
+    return host.task("unit_override state=present",
+                     lambda: host.manager().present(UNIT, _config(CANDIDATE_A), ROLLBACK_AFTER))
 
 
 def _build_switch(host: Host) -> Any:
@@ -810,8 +810,8 @@ PATHS += START_STATES
 # renewals keep it this run's (a second A/B tries at every cut while the lock file is there).
 BENCH_S = 150
 assert 3 * BENCH_S > LOCK_EXPIRES and BENCH_S + HEALTH_TIMEOUT < ROLLBACK_AFTER
-SCHEDULE: Tuple[Tuple[str, Optional[Dict[str, str]]], ...] = (("draft", CANDIDATE_A), ("baseline", None),
-                                                               ("ngram", CANDIDATE_B))
+SCHEDULE: Tuple[Tuple[str, Optional[Dict[str, str]]], ...] = (
+    ("draft", CANDIDATE_A), ("baseline", None), ("ngram", CANDIDATE_B))
 
 
 class _WholeAB:

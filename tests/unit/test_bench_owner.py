@@ -132,7 +132,7 @@ def _run_module(capsys: pytest.CaptureFixture[str]) -> dict:
 
 
 def test_the_module_sends_nothing_to_another_server(host: FakeSystemd, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     host.run(["systemctl", "stop", UNIT])
     squatter = host.squat(8080)
     host.run(["systemctl", "start", UNIT])

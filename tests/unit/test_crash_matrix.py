@@ -221,6 +221,7 @@ def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: Lis
                         if point.startswith(("before systemd-run", "before mkdir llmfleet-specdec")))
     for point, cells in path_rows[:first_change]:
         assert not [c for c in cells.values() if c.problems], point  # nothing changed yet: what ran still runs
+
     def down(cell: Any) -> bool:
         return any("serves neither production nor its start state: None" in p for p in cell.problems)
 

@@ -100,10 +100,10 @@ def test_the_screens_prediction_is_drawn_beside_what_the_rounds_measured(documen
     conf = document["judged"]["confirmatory"]
     measured = sorted(conf["verdicts"])[0]
     rate = 100.0
-    screen = {"candidates": {measured: {"screenable": True, "best_k": 3, "k": {"3": {
-                  "predicted_tok_s": 140.0, "low": 120.0, "high": 165.0, "mean_accepted_len": 2.4}}},
-                             "out": {"screenable": True, "best_k": 2, "k": {"2": {
-                  "predicted_tok_s": 80.0, "low": 70.0, "high": 95.0, "mean_accepted_len": 1.3}}},
+    kept = {"predicted_tok_s": 140.0, "low": 120.0, "high": 165.0, "mean_accepted_len": 2.4}
+    out = {"predicted_tok_s": 80.0, "low": 70.0, "high": 95.0, "mean_accepted_len": 1.3}
+    screen = {"candidates": {measured: {"screenable": True, "best_k": 3, "k": {"3": kept}},
+                             "out": {"screenable": True, "best_k": 2, "k": {"2": out}},
                              "mtp": {"screenable": False, "why": "hidden states"}}}
     doc = dict(document, environment=dict(document.get("environment") or {}, screen={
         "production_tok_s": rate, "screen": screen, "screened_out": [{"name": "out", "why": "below"}]}))

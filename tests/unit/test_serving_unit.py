@@ -366,7 +366,7 @@ def test_a_prefixed_server_is_found_on_real_proc_with_the_prefix_s_environment(t
     child = subprocess.Popen([shutil.which(argv[0]) or "/usr/bin/env", *argv[1:]])
     try:
         cmdline = Path(f"/proc/{child.pid}/cmdline")
-        for _ in range(500):  # until the prefixes have exec'd the server (no timing asserted)
+        for _attempt in range(500):  # until the prefixes have exec'd the server (no timing asserted)
             if cmdline.read_bytes().split(b"\0")[0] == str(server).encode():
                 break
             subprocess.run(["true"], check=False)

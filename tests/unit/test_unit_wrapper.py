@@ -166,6 +166,7 @@ def test_a_wrapper_that_sets_the_candidates_variable_itself_fails_the_candidate_
         serving = host.fake.serving(cm.UNIT)
         assert serving is not None and "LLAMA_ARG_SPEC_DRAFT_P_MIN" not in serving and host.leftovers() == []
         # without the wrapper's export the same candidate runs, and its server's environ carries it
+
         def unwrap(st: dict) -> None:
             st["units"][cm.UNIT]["wrapper_env"] = {}
         host.fake._mutate(unwrap)  # pylint: disable=protected-access
