@@ -32,13 +32,19 @@ def screen_binary(unit: Any) -> str | None:
     if not isinstance(unit, dict) or unit.get("engine") not in (None, "llamacpp"):
         return None
     argv = [str(w) for w in unit.get("argv") or []]
+    at = None
     if unit.get("kind") == "launcher" and unit.get("launcher") in argv:
         at = argv.index(unit["launcher"]) + 1
     elif unit.get("kind") == "direct" and isinstance(unit.get("server_at"), int):
         at = unit["server_at"]
-    else:
+    if at is not None and 0 <= at < len(argv):
+        return argv[at]
+    if unit.get("kind") in ("container",):
         return None
-    return argv[at] if 0 <= at < len(argv) else None
+    # the launcher or a wrapper exec'd the server: the running process's own command line names it
+    running = (unit.get("running") or {}).get("argv") or []
+    first = str(running[0]) if running else ""
+    return first if first.rsplit("/", 1)[-1].startswith("llama-server") else None
 
 
 def screen_candidates(configs: Any, baseline: str, preflight: Any = None) -> list[dict[str, Any]]:

@@ -94,3 +94,12 @@ def test_the_answer_comes_first_in_the_field_notes_order() -> None:
     assert alone[5] == "  5. what settles it: the confirming A/B on the production unit"
     with pytest.raises(AnsibleFilterError):
         ss.first_lines("nope")
+
+
+def test_a_launcher_that_names_no_binary_gives_the_running_servers_own() -> None:
+    unit = {"kind": "launcher", "engine": "llamacpp", "launcher": "/usr/local/libexec/x/llamacpp-serve-exec",
+            "argv": ["/usr/local/libexec/x/llamacpp-serve-exec"],
+            "running": {"pid": 7, "argv": ["/opt/llama.cpp/b1/bin/llama-server", "--port", "8080"]}}
+    assert ss.screen_binary(unit) == "/opt/llama.cpp/b1/bin/llama-server"
+    assert ss.screen_binary(dict(unit, running={"argv": ["/usr/bin/python3", "x"]})) is None
+    assert ss.screen_binary(dict(unit, running=None)) is None
