@@ -327,7 +327,7 @@ def screen_predicted_vs_measured(document: Mapping[str, Any]) -> Any:
 
     conf = (document.get("judged") or {}).get("confirmatory") or {}
     min_speedup = conf.get("min_speedup")
-    fig = _figure(9.0, 2.0 + 0.7 * len(rows))
+    fig = _figure(10.0, 2.4 + 0.7 * len(rows))
     ax = fig.add_subplot(1, 1, 1)
     values = [1.0, *([float(min_speedup)] if min_speedup else [])]
     for y, r in enumerate(reversed(rows)):
@@ -348,7 +348,7 @@ def screen_predicted_vs_measured(document: Mapping[str, Any]) -> Any:
         else:
             said += "; SCREENED OUT (no restart)" if r["screened_out"] else "; not measured"
         ax.annotate(said, (1.0, y), xycoords=("axes fraction", "data"), xytext=(8, 0), textcoords="offset points",
-                    va="center", fontsize=8)
+                    va="center", fontsize=8).set_in_layout(False)
     ax.axvline(1.0, color="black", linewidth=1.0, zorder=1)
     if min_speedup:
         ax.axvline(float(min_speedup), color="dimgray", linewidth=0.8, linestyle=":", zorder=1)
@@ -362,8 +362,12 @@ def screen_predicted_vs_measured(document: Mapping[str, Any]) -> Any:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel(f"speedup of production (log axis). hollow: the screen's prediction (decode, no restart); filled: "
-                  f"the A/B's confirmatory ratio ({conf.get('endpoint') or '?'}); dotted: the planned speedup", fontsize=8)
-    ax.set_title(f"{document['host']}, run {document['run_id']}: the screen's prediction against the A/B", fontsize=9)
-    fig.tight_layout()
+    ax.set_xlabel("speedup of production (log axis)", fontsize=8)
+    ax.set_title(f"{document['host']}, run {document['run_id']}: the screen's prediction against the A/B", fontsize=9,
+                 loc="left")
+    fig.text(0.01, 0.01, f"hollow, gray: the screen's prediction (decode, before any restart); filled: the A/B's "
+             f"confirmatory ratio ({conf.get('endpoint') or '?'}), in its verdict's colour; dotted: the planned speedup",
+             fontsize=7, color="dimgray")
+    # the numbers stand right of the axes, in a column of their own
+    fig.tight_layout(rect=(0.0, 0.05, 0.6, 1.0))
     return fig

@@ -118,6 +118,13 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
     return out
 
 
+def _breakeven_from_screen(t_s: float, d_s: float, incumbent: float) -> list[dict[str, Any]]:
+    """Break-even acceptance at K = 1, 3, 7 from the screen's measured steps (target t_s, drafter d_s, in ms)."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven
+
+    return [{"k": k, "breakeven_p": _breakeven.breakeven_p(k, d_s, t_s, incumbent)} for k in (1, 3, 7)]
+
+
 def _fit_text(row: dict[str, Any]) -> str:
     fits = row.get("fits")
     mib = row.get("kv_bytes")
@@ -154,6 +161,11 @@ def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[
         if inc.get("rate") is not None:
             first += f"; incumbent {float(inc['rate']):.1f} tok/s ({inc.get('rate_source')})"
         rows = be.get("breakeven") or []
+        cand = found.get(name) or {}
+        if not rows and cand.get("screenable") and production.get("t_s_ms") and production.get("tok_s"):
+            # no operator timings: the screen's own step times, measured on production with no restart
+            rows = _breakeven_from_screen(float(production["t_s_ms"]), float(cand.get("d_s_ms") or 0.0),
+                                          float(production["tok_s"]))
         if rows:
             second = "2. break-even acceptance against the incumbent: " + ", ".join(
                 f"K={r['k']} p={'impossible' if r.get('breakeven_p') is None else format(r['breakeven_p'], '.2f')}"
@@ -161,7 +173,6 @@ def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[
         else:
             second = ("2. break-even acceptance: not computed (give specdec_breakeven t_s and d_s, or let the A/B's "
                       "screen time production)")
-        cand = found.get(name) or {}
         if cand.get("screenable") and cand.get("k"):
             k = str(cand.get("best_k"))
             best = cand["k"][k]

@@ -103,3 +103,12 @@ def test_a_launcher_that_names_no_binary_gives_the_running_servers_own() -> None
     assert ss.screen_binary(unit) == "/opt/llama.cpp/b1/bin/llama-server"
     assert ss.screen_binary(dict(unit, running={"argv": ["/usr/bin/python3", "x"]})) is None
     assert ss.screen_binary(dict(unit, running=None)) is None
+
+
+def test_without_operator_timings_the_break_even_comes_from_the_screens_own_steps() -> None:
+    results = [{"name": "d", "legal": True, "effective_chain": ["draft-simple"], "fits": True, "breakeven": {}}]
+    row = _row(60.0, 50.0, 70.0, k=3, length=2.5)
+    row["d_s_ms"] = 5.0
+    decision = {"screen": {"production": {"tok_s": 25.0, "t_s_ms": 40.0}, "candidates": {"d": row}}}
+    lines = ss.first_lines(results, decision, 3)
+    assert "K=1 p=" in lines[2] and "K=3 p=" in lines[2] and "K=7 p=" in lines[2], lines
