@@ -29,6 +29,14 @@ from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
     _steps_vllm,
 )
 
+
+def error_line(message: Any) -> str:
+    """A failed task's message as the operator reads it: Ansible's wrapping removed, in one line (a module's
+    message over several lines keeps every line, joined)."""
+    text = " ".join(_WRAPPING.sub("", str(message or "").strip()).split())
+    return text or str(message)
+
+
 # Every step by name. The public filters (spec_counters, vllm_speculative_config, _json and _cli, env_file_lines,
 # env_file_values, ab_batch and the break-even three) are called by their own names, not through here.
 STEPS: dict[str, Any] = {
@@ -62,6 +70,7 @@ STEPS: dict[str, Any] = {
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
     "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
+    "error_line": error_line,
     "var_notes": _steps_vars.var_notes, "var_warnings": _steps_vars.var_warnings,
 }
 
@@ -70,16 +79,6 @@ STEPS: dict[str, Any] = {
 _WRAPPING = re.compile(
     r"^(?:Task failed: )?(?:Finalization of task args for '[^']*' failed: )?(?:Error while resolving value for "
     r"'[^']*': )?(?:The (?:filter|lookup|test) plugin '[^']*' failed: )?")
-
-
-def error_line(message: Any) -> str:
-    """A failed task's message as the operator reads it: Ansible's wrapping removed, in one line (a module's
-    message over several lines keeps every line, joined)."""
-    text = " ".join(_WRAPPING.sub("", str(message or "").strip()).split())
-    return text or str(message)
-
-
-STEPS["error_line"] = error_line
 
 
 def internal(value: Any, step: Any, *args: Any, **kwargs: Any) -> Any:
