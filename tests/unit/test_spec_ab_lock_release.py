@@ -87,6 +87,9 @@ def test_each_slot_measures_only_the_units_own_server():
     """Issue 31, MEDIUM 6: spec_bench checks the endpoint port's owner against the unit, as root (its fds)."""
     measure = yaml.safe_load((MAIN.parent / "measure.yml").read_text())[0]["block"]
     bench = next(t for t in measure if "llmfleet.specdec.spec_bench" in t)
-    assert bench["llmfleet.specdec.spec_bench"]["unit"] == "{{ spec_ab_unit }}"
+    # the unit always, unless the operator declared the endpoint a proxy in front of it (spec_ab_endpoint_proxy)
+    assert bench["llmfleet.specdec.spec_bench"]["unit"] == "{{ omit if spec_ab_endpoint_proxy | bool else spec_ab_unit }}"
+    defaults = yaml.safe_load((MAIN.parent.parent / "defaults" / "main.yml").read_text())
+    assert defaults["spec_ab_endpoint_proxy"] == "{{ specdec_endpoint_proxy | default(false) }}"
     assert bench["llmfleet.specdec.spec_bench"]["endpoint"] == "{{ spec_ab_endpoint }}"
     assert bench["become"] is True
