@@ -122,7 +122,11 @@ def _breakeven_from_screen(t_s: float, d_s: float, incumbent: float) -> list[dic
     """Break-even acceptance at K = 1, 3, 7 from the screen's measured steps (target t_s, drafter d_s, in ms)."""
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven
 
-    return [{"k": k, "breakeven_p": _breakeven.breakeven_p(k, d_s, t_s, incumbent)} for k in (1, 3, 7)]
+    # an n-gram lookup's step is reported as 0 (it costs about nothing beside the target's): a microsecond here
+    try:
+        return [{"k": k, "breakeven_p": _breakeven.breakeven_p(k, max(d_s, 0.001), t_s, incumbent)} for k in (1, 3, 7)]
+    except _breakeven.BreakevenError:  # a step the arithmetic cannot take: the line says it was not computed
+        return []
 
 
 def _fit_text(row: dict[str, Any]) -> str:

@@ -112,3 +112,15 @@ def test_without_operator_timings_the_break_even_comes_from_the_screens_own_step
     decision = {"screen": {"production": {"tok_s": 25.0, "t_s_ms": 40.0}, "candidates": {"d": row}}}
     lines = ss.first_lines(results, decision, 3)
     assert "K=1 p=" in lines[2] and "K=3 p=" in lines[2] and "K=7 p=" in lines[2], lines
+
+
+def test_an_ngram_candidate_whose_step_is_zero_still_gets_its_break_even() -> None:
+    results = [{"name": "n", "legal": True, "effective_chain": ["ngram-mod"], "fits": True, "breakeven": {}}]
+    row = _row(60.0, 50.0, 70.0, k=16, length=3.0)
+    row["d_s_ms"] = 0.0  # what the screen reports for an n-gram proposer
+    decision = {"screen": {"production": {"tok_s": 25.0, "t_s_ms": 40.0}, "candidates": {"n": row}}}
+    lines = ss.first_lines(results, decision, 3)
+    assert "K=1 p=" in lines[2] and "K=7 p=" in lines[2], lines
+    # production's own step missing or zero: not computed, never an error that stops the run
+    decision["screen"]["production"]["t_s_ms"] = 0.0
+    assert "not computed" in ss.first_lines(results, decision, 3)[2]
