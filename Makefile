@@ -112,7 +112,7 @@ newest-venv: $(NEWEST)/.installed $(NEWEST)/.awx
 	@echo $(NEWEST)
 
 # The suite on the newest ansible-core (2.21; `make test` runs on the oldest supported one, constraints.txt): the unit
-# tests, tests/sanity/run.py, ansible-test sanity from 2.21 (tests/sanity/ignore-2.21.txt) and one real A/B scenario
+# tests, tests/sanity/run.py, ansible-test sanity from 2.21 (tests/sanity/findings-2.21.txt joins 2.19's ignore file) and one real A/B scenario
 # (molecule/watch: a short A/B, a promotion, the watch, put back), each with the venv above; a table of their seconds
 # at the end, like `make test`'s. NEWEST_UNIT picks the unit tests: all of tests/unit (the default), or `core`, the
 # files that go through ansible-core's own machinery (ansible-playbook and ansible-doc runs, the filter and action
