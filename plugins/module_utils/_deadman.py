@@ -141,12 +141,13 @@ class DeadMan:
         if loaded:
             self.sd.call(["systemctl", "reset-failed", base + ".timer", base + ".service"])
 
-    def arm(self, paths: OverridePaths, seconds: int, production_url: str) -> Dict[str, Any]:
-        """Arms the rollback ``seconds`` from now; re-arms through the bridge when a timer is armed already."""
+    def arm(self, paths: OverridePaths, seconds: int, production_url: str, pin: str | None = None) -> Dict[str, Any]:
+        """Arms the rollback ``seconds`` from now; re-arms through the bridge when a timer is armed already.
+        ``pin``: what ran (``_pin``), which the script puts back before its restart when it is gone."""
         if self.python_problem:
             raise SpecdecError(self.python_problem)
         state = self.wait_not_running(paths)
-        script = render_rollback_script(paths, self.python, production_url, self.health_timeout)
+        script = render_rollback_script(paths, self.python, production_url, self.health_timeout, pin)
         armed_at = self.wall()
         deadline = math.ceil(armed_at + int(seconds))
         if state["primary_armed"]:

@@ -42,6 +42,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
 from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import COLLECTION, OverridePaths
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -455,3 +456,30 @@ def effective_env(base: Mapping[str, str], config: EnvConfig | None) -> Dict[str
         for name in config.unset:
             env.pop(name, None)
     return env
+
+
+def candidate_differences(base: Mapping[str, str], config: EnvConfig | None) -> EnvConfig | None:
+    """The part of a candidate that differs from production (None when nothing differs or nothing is known)."""
+    if config is None:
+        return None
+    assignments = tuple((name, value) for name, value in config.assignments if base.get(name) != value)
+    unset = tuple(name for name in config.unset if name in base)
+    return EnvConfig(assignments, unset) if assignments or unset else None
+
+
+def carries_candidate(environ: Mapping[str, str], base: Mapping[str, str], config: EnvConfig | None) -> bool:
+    """Whether a process's environment carries what the candidate changed (False when it changed nothing)."""
+    differences = candidate_differences(base, config)
+    return differences is not None and config_matches_environ(differences, environ)
+
+
+def load_config(env: Mapping[str, Any] | None, env_file: str | None) -> EnvConfig:
+    """The candidate from O(env) (a mapping) or O(env_file) (a file on the managed host), validated."""
+    if env is not None:
+        return env_config_from_mapping(env)
+    if env_file is None:
+        raise SpecdecError("state=present needs the candidate: give env (a mapping) or env_file (a path on the host)")
+    text = read_text(env_file)
+    if text is None:
+        raise SpecdecError(f"env_file {env_file} does not exist on the managed host")
+    return env_config_from_text(text, env_file)

@@ -32,6 +32,8 @@ STATE_DIR_NAME = "llmfleet-specdec"
 # The A/B's transient drop-in sorts after every drop-in an operator writes by hand (``systemctl edit``'s
 # override.conf, numbered ones): a drop-in that sorts later and sets ExecStart= would run instead of each candidate.
 DROPIN_NAME = "zz-llmfleet-specdec.conf"
+# What ran, kept as the way back past a pending change (_pin): sorts before the A/B's drop-in, after override.conf.
+PIN_NAME = "zy-llmfleet-specdec-ran.conf"
 # Its name before 0.2.x hosts were upgraded: still read and removed, never written.
 LEGACY_DROPIN_NAMES = ("50-llmfleet-specdec.conf",)
 ROLLBACK_PREFIX = "specdec-rollback-"
@@ -92,6 +94,11 @@ class OverridePaths(NamedTuple):
     @property
     def all_dropins(self) -> Tuple[str, ...]:
         return (self.dropin, *self.legacy_dropins)
+
+    @property
+    def pin(self) -> str:
+        """What ran, kept as the way back (``_pin``)."""
+        return os.path.join(self.dropin_dir, PIN_NAME)
 
     def dropin_in_place(self, loaded: str = "") -> bool:
         """Whether the A/B's drop-in (under any of its names) is on disk or in ``loaded`` (systemd's DropInPaths)."""
@@ -174,7 +181,8 @@ SCRIPT_PUT_BACK = '''def put_back(path, text, mode):
 # keeps its own few lines of urllib for /health instead of calling _http (the collection's one HTTP client).
 _ROLLBACK_SCRIPT = r'''#!{python}
 # Written by llmfleet.specdec.unit_override: the dead-man rollback of {unit} (run by {timer}).
-# Removes the A/B override, restarts {unit} with its production config and checks /health.
+# Removes the A/B override, restarts {unit} with its production config (what ran, when a pin keeps it) and checks
+# /health.
 # Self-contained on purpose: it must work with the controller gone. Prints to the journal.
 import json
 import math
@@ -216,8 +224,18 @@ def healthy(pid_before):
         return None
 
 
+def keep_what_ran():
+    # a run forced past a change pending on disk: the restart below starts what ran, not that change
+    if CONFIG["pin_text"] and not os.path.exists(CONFIG["pin"]):
+        os.makedirs(CONFIG["dropin_dir"], mode=0o700, exist_ok=True)
+        with open(os.open(CONFIG["pin"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(CONFIG["pin_text"])
+        say("put back " + CONFIG["pin"] + " (what ran, kept as the way back)")
+
+
 def main():
     started = time.monotonic()
+    keep_what_ran()
     removed = [path for path in [CONFIG["dropin"]] + CONFIG.get("legacy_dropins", []) + [CONFIG["env_file"]]
                if remove(path)]
     try:
@@ -237,6 +255,15 @@ def main():
         if pid:
             break
         time.sleep(0.5)
+    if pid and remove(CONFIG["pin"]):
+        # production answers on what ran (a run forced past a pending change): the pin goes, without a restart;
+        # the change pending on disk stays pending, for the operator
+        subprocess.call(["systemctl", "daemon-reload"])
+        try:
+            os.rmdir(CONFIG["dropin_dir"])
+        except OSError:
+            pass
+        say("removed " + CONFIG["pin"] + " (what ran answers; the change pending on disk stays pending)")
     for path in (CONFIG["meta"], CONFIG["script"]):
         remove(path)
     try:
@@ -258,12 +285,14 @@ if __name__ == "__main__":
 '''
 
 
-def render_rollback_script(paths: OverridePaths, python: str, url: str, health_timeout: int) -> str:
+def render_rollback_script(paths: OverridePaths, python: str, url: str, health_timeout: int,
+                           pin_text: str | None = None) -> str:
+    """The dead-man's script; ``pin_text``: what ran (``_pin``), put back before the restart if it is gone."""
     config = json.dumps({
         "unit": paths.unit, "dropin": paths.dropin, "legacy_dropins": list(paths.legacy_dropins),
-        "dropin_dir": paths.dropin_dir, "env_file": paths.env_file,
+        "dropin_dir": paths.dropin_dir, "env_file": paths.env_file, "pin": paths.pin,
         "script": paths.script, "meta": paths.meta, "state_dir": paths.state_dir,
-        "url": url, "health_timeout": int(health_timeout),
+        "url": url, "health_timeout": int(health_timeout), "pin_text": pin_text or "",
     }, sort_keys=True)
     return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config,
                                    no_redirect=SCRIPT_NO_REDIRECT)

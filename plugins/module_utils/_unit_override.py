@@ -36,16 +36,17 @@ import shlex
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Tuple
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman, _pin
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as live_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvConfig,
     EnvValueError,
+    carries_candidate,
     config_matches_environ,
     effective_env,
-    env_config_from_mapping,
     env_config_from_text,
+    load_config,
     read_env_files,
     render_dropin,
     render_env_file,
@@ -177,21 +178,6 @@ def _rmdir(path: str) -> None:
         pass
 
 
-def candidate_differences(base: Mapping[str, str], config: EnvConfig | None) -> EnvConfig | None:
-    """The part of a candidate that differs from production (None when nothing differs or nothing is known)."""
-    if config is None:
-        return None
-    assignments = tuple((name, value) for name, value in config.assignments if base.get(name) != value)
-    unset = tuple(name for name in config.unset if name in base)
-    return EnvConfig(assignments, unset) if assignments or unset else None
-
-
-def carries_candidate(environ: Mapping[str, str], base: Mapping[str, str], config: EnvConfig | None) -> bool:
-    """Whether a process's environment carries what the candidate changed (False when it changed nothing)."""
-    differences = candidate_differences(base, config)
-    return differences is not None and config_matches_environ(differences, environ)
-
-
 class UnitOverride:
     """present / confirmed / absent for one unit (or absent for every unit, ``unit='*'``).
 
@@ -220,6 +206,7 @@ class UnitOverride:
         self.port_timeout = port_timeout
         self.deadman = _deadman.DeadMan(self.sd, python=python, health_timeout=health_timeout, wall=wall,
                                         clock=clock, sleep=sleep)
+        self.keep_what_runs = False  # O(keep_what_runs): a pending change on disk is not the way back (_pin)
 
     @property
     def guard_seconds(self) -> int:
@@ -367,6 +354,10 @@ class UnitOverride:
                                     "first (role llmfleet.specdec.llamacpp_serve)")
         return info
 
+    def pin_needed(self, paths: OverridePaths, info: Mapping[str, str]) -> str | None:
+        """With keep_what_runs: the pin of what runs when it is needed now (``_pin.needed``), else None."""
+        return _pin.needed(paths, info, self.run, self.proc.proc, self.run_dir) if self.keep_what_runs else None
+
     def present(self, unit: str, config: EnvConfig, rollback_after: int | None,
                 exec_start: ExecStart | None = None) -> Dict[str, Any]:
         paths = override_paths(unit, self.run_dir)
@@ -407,6 +398,7 @@ class UnitOverride:
         if not plan.changed:
             result.update(healthy=True, main_pid=pid, rollback=self._rollback_report(paths, None))
             return result
+        pin = self.pin_needed(paths, info) if plan.restart else None
         if plan.restart:
             # Before anything changes: a port held by another process is refused now, production untouched.
             self.require_port(unit, port, info, what="the candidate")
@@ -414,14 +406,18 @@ class UnitOverride:
         # itself. Without rollback_after, a guard of the same kind covers the switch until the candidate is
         # healthy, then goes (the operator keeps the candidate, as with state=confirmed).
         guarded = plan.restart and rollback_after is None and not timer["armed"]
-        if plan.arm_timer or guarded:
-            self.deadman.arm(paths, int(rollback_after or self.guard_seconds), health_url(prod_host, prod_port))
+        if plan.arm_timer or guarded or pin:
+            self.deadman.arm(paths, int(rollback_after or self.guard_seconds), health_url(prod_host, prod_port),
+                             pin or _pin.current(paths))
+        if pin:  # the way back is what ran (armed first: the dead-man restarts on it, then removes it)
+            _pin.write(paths, pin)
+            result["pinned"] = paths.pin
         if plan.write_files:
             for directory in (os.path.dirname(paths.state_dir), paths.state_dir, paths.dropin_dir):
                 _deadman.ensure_private_dir(directory)
             _deadman.write_private(paths.env_file, want_env, 0o600)
             _deadman.write_private(paths.dropin, want_dropin, 0o600)
-        if plan.write_files or info.get("NeedDaemonReload") == "yes":
+        if plan.write_files or pin or info.get("NeedDaemonReload") == "yes":
             self.sd.daemon_reload()
         if plan.restart:
             try:
@@ -512,7 +508,7 @@ class UnitOverride:
         return effective_env(self.base_env(paths), self.candidate_config(paths)[0])
 
     def found(self, paths: OverridePaths) -> List[str]:
-        named = [*(("drop-in", path) for path in paths.all_dropins), ("env file", paths.env_file),
+        named = [*(("drop-in", path) for path in paths.all_dropins), ("what ran, kept", paths.pin), ("env file", paths.env_file),
                  ("rollback script", paths.script), ("rollback meta", paths.meta)]
         items = [f"{label} {path}" for label, path in named if os.path.exists(path)]
         timer = self.deadman.state(paths)
@@ -574,6 +570,7 @@ class UnitOverride:
         }
         if not loaded:
             if not self.check_mode:
+                _pin.remove(paths)
                 self._remove_override(paths, reload=True)
                 self._remove_state(paths)
                 self.deadman.disarm(paths)
@@ -582,11 +579,16 @@ class UnitOverride:
         result.update(url=health_url(host, port), port=port)
         if self.check_mode:
             return result
+        pin = self.pin_needed(paths, info) if need_restart and not overridden else None
         if need_restart:
             self.require_port(unit, port, info, what="production")
-        if overridden and not self.deadman.state(paths)["armed"]:
-            self.deadman.arm(paths, self.guard_seconds, health_url(host, port))
-        self._remove_override(paths, reload=overridden or info.get("NeedDaemonReload") == "yes")
+        kept = pin or (_pin.current(paths) if need_restart else None)
+        if (overridden or pin) and not self.deadman.state(paths)["armed"]:
+            self.deadman.arm(paths, self.guard_seconds, health_url(host, port), kept)
+        if kept and not os.path.exists(paths.pin):  # a fresh start of production restarts what ran, not the disk
+            _pin.write(paths, kept)
+            pin = kept
+        self._remove_override(paths, reload=overridden or bool(pin) or info.get("NeedDaemonReload") == "yes")
         try:
             if need_restart:
                 health = self.restart_and_wait(unit, host, port)
@@ -606,7 +608,10 @@ class UnitOverride:
                 f"PRODUCTION IS NOT HEALTHY: {unit} did not come back{removed}: {exc}.{retry}"
                 f"{journal_tail(unit, journal)}",
                 found=found, journal=journal) from exc
-        # Production answers with its own config: what is left goes, the dead-man last.
+        # Production answers with its own config: what is left goes (the pin: what ran answers, the change pending
+        # on disk stays pending), the dead-man last.
+        if _pin.remove(paths):
+            self.sd.daemon_reload()
         self._remove_state(paths)
         disarmed = self.deadman.disarm(paths)
         if disarmed["ran"] or int(self.unit_info(unit).get("MainPID") or 0) != health["main_pid"]:
@@ -643,7 +648,8 @@ class UnitOverride:
         dropin_root = os.path.join(self.run_dir, "systemd", "system")
         if os.path.isdir(dropin_root):
             for name in os.listdir(dropin_root):
-                if name.endswith(".service.d") and override_paths(name[:-2], self.run_dir).dropin_in_place():
+                left = override_paths(name[:-2], self.run_dir)
+                if name.endswith(".service.d") and (left.dropin_in_place() or os.path.exists(left.pin)):
                     units.add(name[: -len(".d")])
         for prefix in (ROLLBACK_PREFIX, BRIDGE_PREFIX):
             for name in self.sd.list_units(prefix + "*"):
@@ -677,18 +683,6 @@ class UnitOverride:
 
 
 # ------------------------------------------------------------------ the module's one call
-
-
-def load_config(env: Mapping[str, Any] | None, env_file: str | None) -> EnvConfig:
-    """The candidate from O(env) (a mapping) or O(env_file) (a file on the managed host), validated."""
-    if env is not None:
-        return env_config_from_mapping(env)
-    if env_file is None:
-        raise SpecdecError("state=present needs the candidate: give env (a mapping) or env_file (a path on the host)")
-    text = read_text(env_file)
-    if text is None:
-        raise SpecdecError(f"env_file {env_file} does not exist on the managed host")
-    return env_config_from_text(text, env_file)
 
 
 def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: bool, python: str) -> Dict[str, Any]:
@@ -734,6 +728,7 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     manager = UnitOverride(run=run, check_mode=check_mode, python=python,
                            health_timeout=health_timeout, port_timeout=port_timeout)
     manager.deadman.python_problem = python_problem
+    manager.keep_what_runs = bool(params.get("keep_what_runs"))
     if every_unit:
         return manager.absent_everywhere()
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O

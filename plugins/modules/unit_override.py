@@ -130,6 +130,22 @@ options:
       - Only with O(state=absent) and one unit.
     type: bool
     default: false
+  keep_what_runs:
+    description:
+      - For a run forced past a change pending on disk (the unit's running process differs from what a restart
+        would start, as C(serving_unit_info) O(llmfleet.specdec.serving_unit_info#module:start_from_running)
+        reports it). Before the first restart, what production runs (its environment, and its command line and
+        binary when those differ too, read from C(/proc)) is kept as the runtime drop-in
+        C(/run/systemd/system/<unit>.d/zy-llmfleet-specdec-ran.conf), so that every way back (this module's
+        restore, the dead-man timer's script, C(rollback.yml)) restarts what ran and not the pending change. It is
+        removed, with a C(daemon-reload) and no restart, once production answered health on it: the change stays
+        pending on disk, as before the run.
+      - Nothing is kept when nothing is pending, when a candidate runs, or when it is kept already. What cannot be
+        kept (an unreadable environment, a binary removed since it started) fails before any change.
+      - Other settings a pending unit file changes (C(User=), limits, C(ExecStartPre=)) come from the disk.
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -275,6 +291,11 @@ journal:
   returned: failure
   type: list
   elements: str
+pinned:
+  description: The drop-in that keeps what ran (O(keep_what_runs)), when this task wrote it.
+  returned: when O(state=present) wrote it
+  type: str
+  sample: /run/systemd/system/llama-server.service.d/zy-llmfleet-specdec-ran.conf
 restored:
   description: After a candidate failed, whether production was restored and found healthy.
   returned: failure of O(state=present)
@@ -300,6 +321,7 @@ ARGUMENT_SPEC = dict(
     health_timeout=dict(type="int", default=120),
     port_timeout=dict(type="int", default=30),
     restart=dict(type="bool", default=False),
+    keep_what_runs=dict(type="bool", default=False),
 )
 
 

@@ -768,6 +768,25 @@ def _ab_first_slot(host: Host) -> Any:
                      lambda: host.manager().present(UNIT, _config(CANDIDATE_A), ROLLBACK_AFTER))
 
 
+def _keeping(host: Host) -> uo.UnitOverride:
+    manager = host.manager()
+    manager.keep_what_runs = True  # role spec_ab passes keep_what_runs when specdec_force went past a pending change
+    return manager
+
+
+def _ab_forced(host: Host) -> Any:
+    """Role spec_ab forced past the pending change (keep_what_runs on every slot): the lock, a candidate, the
+    baseline's fresh start, a second candidate, the restore, the release."""
+    host.task("ab_lock state=present", lambda: host.lock("ab-1"))
+    host.task("unit_override state=present",
+              lambda: _keeping(host).present(UNIT, _config(CANDIDATE_A), ROLLBACK_AFTER))
+    host.task("unit_override state=absent restart=true", lambda: _keeping(host).absent(UNIT, restart=True))
+    host.task("unit_override state=present",
+              lambda: _keeping(host).present(UNIT, _config(CANDIDATE_B), ROLLBACK_AFTER))
+    host.task("unit_override state=absent", lambda: _keeping(host).absent(UNIT))
+    return host.task("ab_lock state=absent", lambda: host.unlock("ab-1"))
+
+
 def _build_switch(host: Host) -> Any:
     return host.task("llamacpp_activate", lambda: _Build(canary=False, broken=False).operation(host))
 
@@ -778,9 +797,8 @@ _PENDING_PLAYS: List[Tuple[str, Callable[[Host], Any], Dict[str, Any]]] = [
     ("deploy.yml (a changed env file)", _vehicle_play(PROMOTED, "deploy-1", record=False), _REAL),
     ("a build activation", _build_switch, dict(_REAL, binary_under=str(BUILD_ROOT))),
 ]
-WHAT_RAN = ("with specdec_force=true the way back is the disk, not what ran: the dead-man, the candidate's own "
-            "restore and the play's rescue remove the override and restart the unit on the hand-edited env file, "
-            "so production ends down (it ran before the play)")
+WHAT_RAN = ("with specdec_force=true the build's way back is the disk, not what ran: the build's undo restarts the "
+            "previous build on the hand-edited env file, so production ends down (it ran before the play)")
 
 
 def _pending_path(what: str, play: Callable[[Host], Any], host: Dict[str, Any], force: bool) -> MatrixPath:
@@ -789,6 +807,8 @@ def _pending_path(what: str, play: Callable[[Host], Any], host: Dict[str, Any], 
         return MatrixPath(name, _hand_edited, _checked(False, play), tasks=True, expect_failure=True,
                           pending_start=True, host=host)
     name = f"disk differs from what runs: {what} after a hand edit, specdec_force=true (the way back is what ran)"
+    if what == "an A/B":  # keep_what_runs: every way back restarts on the pin of what ran
+        return MatrixPath(name, _hand_edited, _checked(True, _ab_forced), tasks=True, pending_start=True, host=host)
     return MatrixPath(name, _hand_edited, _checked(True, play), tasks=True, expect_failure=True, pending_start=True,
                       host=host, finding=WHAT_RAN)
 
@@ -1199,12 +1219,15 @@ production with its config, and the lock released (the play ran to its end) or s
 cannot start on it) and the unit not restarted, before an A/B, `promote.yml`, `deploy.yml` or a build activation
 starts. Each play's first task is its start-from-running check (`serving_unit_info start_from_running`): each is
 refused before its first change, production keeps running what ran and the operator's edit stays on disk as it
-was. With `specdec_force=true` the play goes ahead, and the way back must be what ran. It is not, today (the rows
-marked **FAILS**, a known finding a test pins): the dead-man's script, the candidate's own restore, the play's rescue
-and `rollback.yml` remove the override and restart the unit on what is on disk, and the build's undo restarts the
-previous build on it too; production ends down wherever the dead-man's script is in place or the module runs on to
-its own restore. promote.yml and an env file's redeploy use the A/B's vehicle and its dead-man, so the forced
-A/B's rows are theirs.
+was. With `specdec_force=true` the play goes ahead, and the way back must be what ran. The forced A/B (a candidate,
+the baseline's fresh start, a second candidate, the restore) passes `keep_what_runs`: before its first restart
+`unit_override` keeps what ran (read from `/proc`) as the runtime drop-in `zy-llmfleet-specdec-ran.conf`, and the
+dead-man's script carries a copy that it puts back before its restart; every way back (the dead-man, the candidate's
+own restore, the play's, `rollback.yml`) restarts on it and removes it once production answered, leaving the hand
+edit pending on disk as it was. The forced build activation does not keep what ran yet (the rows marked **FAILS**,
+a known finding a test pins): the build's undo restarts the previous build on the hand-edited env file, and
+production ends down. promote.yml and an env file's redeploy, forced, go ahead on the pending change with the disk
+as their way back.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

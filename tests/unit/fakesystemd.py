@@ -66,11 +66,33 @@ def _read_env_file(path: str) -> Dict[str, str]:
 def _parse_dropin(text: str) -> Tuple[List[str], List[str]]:
     files, unset = [], []
     for line in text.splitlines():
-        if line.startswith("EnvironmentFile="):
+        if line.startswith("EnvironmentFile=") and line != "EnvironmentFile=":
             files.append(line.split("=", 1)[1].lstrip("-"))
         elif line.startswith("UnsetEnvironment="):
             unset.extend(shlex.split(line.split("=", 1)[1]))
     return files, unset
+
+
+def _effective(unit: Dict[str, Any], dropins: Dict[str, str]) -> Tuple[Dict[str, str], List[str], List[str]]:
+    """The unit's ``Environment=``, ``EnvironmentFile=``s and ``UnsetEnvironment=`` with its drop-ins applied in
+    name order, as systemd does: an empty ``Environment=`` or ``EnvironmentFile=`` drops what came before it."""
+    environment, files, unset = dict(unit["environment"]), list(unit["env_files"]), []
+    for path in sorted(dropins, key=os.path.basename):
+        for line in dropins[path].splitlines():
+            key, sep, value = line.partition("=")
+            if not sep:
+                continue
+            if key == "EnvironmentFile":
+                files = [*files, value.lstrip("-")] if value else []
+            elif key == "Environment":
+                if not value:
+                    environment = {}
+                for word in shlex.split(value):
+                    name, _eq, val = word.partition("=")
+                    environment[name] = val
+            elif key == "UnsetEnvironment":
+                unset.extend(shlex.split(value))
+    return environment, files, unset
 
 
 def _parse_unit_file(text: str) -> Tuple[List[str], Dict[str, str]]:
@@ -291,15 +313,10 @@ class FakeSystemd:
 
     @staticmethod
     def _environment(unit: Dict[str, Any], dropins: Dict[str, str]) -> Dict[str, str]:
-        env = dict(unit["environment"])
-        for path in unit["env_files"]:
+        environment, files, unset = _effective(unit, dropins)
+        env = dict(environment)
+        for path in files:
             env.update(_read_env_file(path))
-        unset: List[str] = []
-        for text in dropins.values():
-            files, names = _parse_dropin(text)
-            for path in files:
-                env.update(_read_env_file(path))
-            unset.extend(names)
         for item in unset:
             env.pop(item, None)
         return env
@@ -519,9 +536,7 @@ class FakeSystemd:
         elif name in st["units"]:
             unit = st["units"][name]
             on_disk = self._dropins_on_disk(name)
-            env_files = list(unit["env_files"])
-            for text in unit["dropins"].values():
-                env_files += _parse_dropin(text)[0]
+            environment, env_files, _unset = _effective(unit, unit["dropins"])
             values = {"LoadState": "loaded", "ActiveState": unit["active"],
                       "SubState": {"active": "running", "failed": "failed"}.get(unit["active"], "dead"),
                       "MainPID": str(unit["pid"]), "NRestarts": str(unit["nrestarts"]), "Result": unit["result"],
@@ -530,7 +545,7 @@ class FakeSystemd:
                       "DropInPaths": " ".join(unit["dropins"]), "FragmentPath": unit["unit_file"] if unit.get("fragment") else
                       f"/etc/systemd/system/{name}",
                       "ControlGroup": f"/system.slice/{name}",
-                      "Environment": " ".join(f"{k}={v}" for k, v in unit["environment"].items()),
+                      "Environment": " ".join(shlex.quote(f"{k}={v}") for k, v in environment.items()),
                       "EnvironmentFiles": [f"{p} (ignore_errors=no)" for p in env_files]}
         else:
             values = {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead", "MainPID": "0"}

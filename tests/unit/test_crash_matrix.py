@@ -196,8 +196,9 @@ def test_a_promote_goes_ahead_on_a_free_unit_and_the_check_says_so(tmp_path: Pat
         host.close()
 
 
-REFUSED_PENDING = [p.name for p in cm.START_STATES if not p.finding]
+REFUSED_PENDING = [p.name for p in cm.START_STATES if "refused before its first change" in p.name]
 FORCED_PENDING = [p.name for p in cm.START_STATES if p.finding]
+FORCED_AB = next(p.name for p in cm.START_STATES if "an A/B after a hand edit, specdec_force" in p.name)
 
 
 @pytest.mark.parametrize("path", REFUSED_PENDING)
@@ -229,6 +230,23 @@ def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: Lis
         assert down(cells["controller killed"]), point
     assert all(down(cell) for cell in path_rows[-1][1].values())
     assert any(down(cells["module SIGKILL"]) for _p, cells in path_rows)  # the dead-man alone does the same
+
+
+def test_a_forced_ab_restarts_what_ran_on_every_way_back_and_leaves_the_pending_change_pending(rows: List[Any]) -> None:
+    """specdec_force=true past a hand edit that cannot start: the A/B (a candidate, the baseline's fresh start, a
+    second candidate, the restore) keeps what ran as its way back (unit_override keep_what_runs). At every cut, by
+    the dead-man alone, by rollback.yml or by the play: production serves what ran, nothing of ours is left, and the
+    operator's edit is still on disk, pending as before the play (the matrix's end check)."""
+    path_rows = [(point, cells) for name, point, cells in rows if name == FORCED_AB]
+    points = [point for point, _cells in path_rows]
+    assert points.count("before write zy-llmfleet-specdec-ran.conf") == 2  # the first candidate, then the baseline
+    assert points.count("before remove zy-llmfleet-specdec-ran.conf") >= 2  # once production answered on it
+    assert "before unit_override state=absent restart=true" in points
+    assert not [(point, column, cell.problems) for point, cells in path_rows for column, cell in cells.items()
+                if cell.problems]
+    # the dead-man's script alone (a module killed after the pin was armed) restarts what ran
+    assert any(cells["module SIGKILL"].outcome == "dead-man timer" for point, cells in path_rows
+               if point == "before write zy-llmfleet-specdec-ran.conf")
 
 
 WHOLE_AB = next(p.name for p in cm.WHOLE_PLAYS)
