@@ -40,7 +40,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state, _pin
 from ansible_collections.llmfleet.specdec.plugins.module_utils._build_deadman import (
     render_rollback_script,
     timer_command,
@@ -59,6 +59,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import (
     Systemctl,
     calendar_spec,
     journal_tail,
+    override_paths,
     service_name,
 )
 
@@ -417,6 +418,26 @@ class Activation:
                 raise ActivateError(f"`systemctl restart {item.unit}` failed (rc {rc}): {(err or out).strip()[-300:]}",
                                     unit=item.unit, journal=self.sd.journal(item.unit, None))
 
+    def pins(self, params: Mapping[str, Any], served: Sequence[Serving]) -> Dict[str, Dict[str, Any]]:
+        """keep_what_runs (a switch forced past a change pending on disk): each unit's environment as it runs, kept
+        as its pin (``_pin``, environment only: the binary changes on purpose), read before any change."""
+        out: Dict[str, Dict[str, Any]] = {}
+        for item in served if params.get("keep_what_runs") else ():
+            paths = override_paths(item.unit, self.run_dir)
+            try:
+                text = _pin.needed(paths, self.sd.show(item.unit, ["MainPID", "DropInPaths"]), self.sd.call,
+                                   self.procs.proc, self.run_dir, command=False)
+            except SpecdecError as exc:
+                raise ActivateError(f"{exc}; nothing was changed") from None
+            if text:
+                out[item.unit] = {"pin": os.path.join(paths.dropin_dir, _pin.BUILD_PIN_NAME), "pin_text": text}
+        return out
+
+    def pinned(self, meta: Mapping[str, Any], keep: bool) -> None:
+        """The record's pins put back (``keep``) before a restart, or dropped once production answered on them."""
+        if (_pin.put_back if keep else _pin.drop)(meta.get("units") or []):
+            self.sd.daemon_reload()
+
     # ---------------------------------------------------------- the dead-man
 
     def arm(self, paths: BuildPaths, meta: Dict[str, Any], seconds: int, health_timeout: int) -> None:
@@ -467,6 +488,7 @@ class Activation:
         self.restore_facts(meta)
         units = [Serving(u["unit"], ProcessInfo(0, "", [], {}, 0, 0, [], "/"), [int(u["port"])], 0)
                  for u in meta.get("units") or []]
+        self.pinned(meta, keep=True)
         for item in units:
             self.sd.call(["systemctl", "reset-failed", item.unit])
             self.sd.call(["systemctl", "restart", item.unit])
@@ -478,6 +500,7 @@ class Activation:
                 raise ActivateError(f"PRODUCTION IS NOT HEALTHY: an interrupted switch to {meta.get('new')} was undone "
                                     f"('current' points at {meta['previous']} again) but {exc}. Its dead-man "
                                     f"{paths.timer} stays armed and restarts it once more", **exc.details) from exc
+        self.pinned(meta, keep=False)
         self.disarm(paths)
         return (f"an interrupted switch to {meta.get('new')} was undone first: 'current' points at {meta['previous']} "
                 f"again and {', '.join(item.unit for item in units) or 'no unit'} restarted on it")
@@ -603,11 +626,14 @@ class Activation:
                 write_atomic(facts_file, facts_text, 0o644)
             return result
         # 2. the dead-man, then 3. switch, record, restart, health
+        pins = self.pins(params, served)
         meta = {"current": paths.current, "previous": previous, "new": name, "health_timeout": health_timeout,
                 "facts_file": facts_file if facts_text is not None else None, "facts_before": facts_before,
-                "units": [{"unit": item.unit, "port": item.ports[0], "url": item.url} for item in served]}
+                "units": [dict({"unit": item.unit, "port": item.ports[0], "url": item.url}, **pins.get(item.unit, {}))
+                          for item in served]}
         self.take_units(params, paths, units, renew=True)
         self.arm(paths, meta, int(params["rollback_after"]), health_timeout)
+        self.pinned(meta, keep=True)  # after the dead-man: its script puts them back too, and drops them
         since = self.wall() - 1
         try:
             point_link(paths.current, name)
@@ -618,7 +644,9 @@ class Activation:
             result["health"] = self.wait_healthy(served, health_timeout, since)
         except (ActivateError, OSError) as exc:
             raise self.roll_back(paths, meta, served, exc, since) from exc
+        self.pinned(meta, keep=False)
         self.disarm(paths)
+        result["kept_what_ran"] = sorted(pins)
         return result
 
     def roll_back(self, paths: BuildPaths, meta: Mapping[str, Any], served: Sequence[Serving], exc: Exception,
@@ -642,6 +670,7 @@ class Activation:
                 f"but PRODUCTION IS NOT HEALTHY on it: {back}. The dead-man {paths.timer} will restart it once more; "
                 f"see journalctl -u {failed_unit}.{tail}", rolled_back=True, healthy=False, journal=failed_journal,
                 production_journal=back.details.get("journal", []))
+        self.pinned(meta, keep=False)
         self.disarm(paths)
         pids = ", ".join(f"{unit} pid {h['pid']}" for unit, h in health.items())
         return ActivateError(

@@ -71,6 +71,14 @@ def main():
                 pass
         else:
             put_back(facts, meta["facts_before"], 0o644)
+    pinned = [unit for unit in meta["units"] if unit.get("pin_text")]
+    for unit in pinned:  # a switch forced past a change pending on disk: what ran, kept as the way back
+        if not os.path.exists(unit["pin"]):
+            os.makedirs(os.path.dirname(unit["pin"]), mode=0o700, exist_ok=True)
+            put_back(unit["pin"], unit["pin_text"], 0o600)
+            say("put back " + unit["pin"] + " (what ran, kept as the way back)")
+    if pinned:
+        subprocess.call(["systemctl", "daemon-reload"])
     failed = []
     for unit in meta["units"]:
         subprocess.call(["systemctl", "reset-failed", unit["unit"]])
@@ -90,12 +98,18 @@ def main():
                 pass
         if waiting:
             time.sleep(0.5)
+    bad = failed + [unit["unit"] for unit in waiting]
+    dropped = [unit["pin"] for unit in pinned if unit["unit"] not in bad and os.path.exists(unit["pin"])]
+    for path in dropped:  # production answers on what ran: the pin goes, the change pending on disk stays pending
+        os.unlink(path)
+    if dropped:
+        subprocess.call(["systemctl", "daemon-reload"])
+        say("removed " + ", ".join(dropped) + " (what ran answers; the change pending on disk stays pending)")
     for path in (META, meta["script"]):
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
-    bad = failed + [unit["unit"] for unit in waiting]
     if bad:
         say("PRODUCTION NOT HEALTHY: " + ", ".join(bad) + " did not come back on " + meta["previous"])
         for name in bad:

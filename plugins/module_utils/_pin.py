@@ -55,6 +55,10 @@ PER_START = frozenset((
     "REMOTE_PORT", "FDSTORE",
 ))
 
+# A build switch's own pin (llamacpp_activate keep_what_runs): its record and its dead-man own it, so the A/B's
+# restore and rollback.yml leave it to them.
+BUILD_PIN_NAME = "zy-llmfleet-specdec-build-ran.conf"
+
 # Differences (serving_unit_info's pending_changes) that make the pin keep the command line too.
 COMMAND_KINDS = ("command line", "build")
 
@@ -123,9 +127,11 @@ def keep(paths: OverridePaths, proc: str, pid: int, pending_kinds: Sequence[str]
     return render(paths.unit, pid, env, argv, pending)
 
 
-def needed(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str, run_dir: str) -> str | None:
+def needed(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str, run_dir: str,
+           command: bool = True) -> str | None:
     """Production running and no pin yet: the pin of what runs when a restart would start something else (read
-    now, before any change; an error names what cannot be kept), else None."""
+    now, before any change; an error names what cannot be kept), else None. ``command=False``: the environment
+    only (a build switch changes the binary on purpose)."""
     pid = int(info.get("MainPID") or 0)
     if (not pid or os.path.exists(paths.pin) or os.path.exists(paths.script)
             or paths.dropin_in_place(info.get("DropInPaths", ""))):
@@ -137,7 +143,33 @@ def needed(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str
     pending = live_unit.pending_changes(live, proc=proc)
     if not pending["differences"]:
         return None
-    return keep(paths, proc, pid, [d["what"] for d in pending["differences"]], live_unit.pending_text(pending))
+    kinds = [d["what"] for d in pending["differences"]] if command else ["environment"]
+    return keep(paths, proc, pid, kinds, live_unit.pending_text(pending))
+
+
+def put_back(units: Sequence[Mapping[str, str]]) -> bool:
+    """The pins a build switch's record keeps (``pin``, ``pin_text``), written where they are gone; True when one
+    was (the caller reloads systemd)."""
+    wrote = False
+    for unit in units:
+        if unit.get("pin_text") and not os.path.exists(unit["pin"]):
+            _deadman.ensure_private_dir(os.path.dirname(unit["pin"]))
+            _deadman.write_private(unit["pin"], unit["pin_text"], 0o600)
+            wrote = True
+    return wrote
+
+
+def drop(units: Sequence[Mapping[str, str]]) -> bool:
+    """Those pins removed once production answered on them; True when one was (the caller reloads systemd)."""
+    gone = False
+    for unit in units:
+        if unit.get("pin_text") and _deadman.unlink(unit["pin"]):
+            gone = True
+            try:
+                _deadman.rmdir(os.path.dirname(unit["pin"]))
+            except OSError:
+                pass
+    return gone
 
 
 def write(paths: OverridePaths, text: str) -> None:

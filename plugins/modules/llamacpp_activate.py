@@ -108,6 +108,17 @@ options:
       than twice O(health_timeout) plus 30 s (the new build's start, and the old one's after a failed switch).
     type: int
     default: 300
+  keep_what_runs:
+    description:
+      - For a switch forced past a change pending on disk (a unit's running process differs from what a restart
+        would start, as C(serving_unit_info) reports it). Before the switch, each unit's environment as it runs is
+        kept as the runtime drop-in C(/run/systemd/system/<unit>.d/zy-llmfleet-specdec-ran.conf) (the binary is
+        not kept, it changes on purpose), so that the new build, the undo of a failed switch and the dead-man all
+        start with what ran and not with the pending change. It is removed, with a C(daemon-reload) and no
+        restart, once the units answered health; the change stays pending on disk, as before.
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -163,6 +174,11 @@ would_restart:
   returned: when the link moves
   type: list
   elements: str
+kept_what_ran:
+  description: The units whose environment was kept as the way back (O(keep_what_runs)).
+  returned: when the switch restarted units
+  type: list
+  elements: str
 notes:
   description: Units left alone and why; an interrupted activation that was undone first.
   returned: always
@@ -208,6 +224,7 @@ ARGUMENT_SPEC = dict(
     rollback_after=dict(type="int", default=300),
     state_dir=dict(type="path", default="/var/lib/llmfleet-specdec"),
     lock_wait=dict(type="int", default=0),
+    keep_what_runs=dict(type="bool", default=False),
 )
 
 

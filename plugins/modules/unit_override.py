@@ -138,7 +138,7 @@ options:
         binary when those differ too, read from C(/proc)) is kept as the runtime drop-in
         C(/run/systemd/system/<unit>.d/zy-llmfleet-specdec-ran.conf), so that every way back (this module's
         restore, the dead-man timer's script, C(rollback.yml)) restarts what ran and not the pending change. It is
-        removed, with a C(daemon-reload) and no restart, once production answered health on it: the change stays
+        removed, with a C(daemon-reload) and no restart, once production answered health on it; the change stays
         pending on disk, as before the run.
       - Nothing is kept when nothing is pending, when a candidate runs, or when it is kept already. What cannot be
         kept (an unreadable environment, a binary removed since it started) fails before any change.

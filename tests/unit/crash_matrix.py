@@ -459,9 +459,10 @@ class _Build:
     """llamacpp_build's activation (one module, llamacpp_activate) on the fake host: the unit serves from
     <root>/opt/llama.cpp/current, its canary answers on a second loopback port."""
 
-    def __init__(self, canary: bool, broken: bool) -> None:
+    def __init__(self, canary: bool, broken: bool, keep: bool = False) -> None:
         self.canary = canary
         self.broken = broken
+        self.keep = keep  # keep_what_runs: build.yml forced past a change pending on disk
 
     def setup(self, host: Host) -> None:
         root = host.root / BUILD_ROOT
@@ -480,7 +481,7 @@ class _Build:
                   "units": [UNIT], "facts_file": str(host.root / "etc" / "llamacpp-build.json"),
                   "facts": {"version": "new"}, "canary": self.canary, "canary_ctx_size": 512, "canary_args": [],
                   "canary_model": None, "canary_timeout": HEALTH_TIMEOUT, "health_timeout": HEALTH_TIMEOUT,
-                  "rollback_after": ROLLBACK_AFTER, "state_dir": host.state_dir}
+                  "rollback_after": ROLLBACK_AFTER, "state_dir": host.state_dir, "keep_what_runs": self.keep}
         try:
             return activation.activate(params)
         except act.ActivateError as exc:
@@ -791,14 +792,28 @@ def _build_switch(host: Host) -> Any:
     return host.task("llamacpp_activate", lambda: _Build(canary=False, broken=False).operation(host))
 
 
+def _build_switch_forced(host: Host) -> Any:
+    return host.task("llamacpp_activate", lambda: _Build(canary=False, broken=False, keep=True).operation(host))
+
+
+def _broken_build_switch_forced(host: Host) -> Any:
+    """The new build cannot start: the undo restarts the previous build, with what ran (not the hand edit)."""
+    return host.task("llamacpp_activate", lambda: _Build(canary=False, broken=True, keep=True).operation(host))
+
+
+def _hand_edited_build(broken: bool) -> Callable[[Host], None]:
+    def setup(host: Host) -> None:
+        _Build(canary=False, broken=broken).setup(host)
+        _hand_edited(host)
+    return setup
+
+
 _PENDING_PLAYS: List[Tuple[str, Callable[[Host], Any], Dict[str, Any]]] = [
     ("an A/B", _ab_first_slot, _REAL),
     ("promote.yml", _vehicle_play(PROMOTED, "promote-1", record=True), _REAL),
     ("deploy.yml (a changed env file)", _vehicle_play(PROMOTED, "deploy-1", record=False), _REAL),
     ("a build activation", _build_switch, dict(_REAL, binary_under=str(BUILD_ROOT))),
 ]
-WHAT_RAN = ("with specdec_force=true the build's way back is the disk, not what ran: the build's undo restarts the "
-            "previous build on the hand-edited env file, so production ends down (it ran before the play)")
 
 
 def _pending_path(what: str, play: Callable[[Host], Any], host: Dict[str, Any], force: bool) -> MatrixPath:
@@ -807,16 +822,22 @@ def _pending_path(what: str, play: Callable[[Host], Any], host: Dict[str, Any], 
         return MatrixPath(name, _hand_edited, _checked(False, play), tasks=True, expect_failure=True,
                           pending_start=True, host=host)
     name = f"disk differs from what runs: {what} after a hand edit, specdec_force=true (the way back is what ran)"
-    if what == "an A/B":  # keep_what_runs: every way back restarts on the pin of what ran
+    # keep_what_runs: every way back restarts on the pin of what ran
+    if what == "an A/B":
         return MatrixPath(name, _hand_edited, _checked(True, _ab_forced), tasks=True, pending_start=True, host=host)
-    return MatrixPath(name, _hand_edited, _checked(True, play), tasks=True, expect_failure=True, pending_start=True,
-                      host=host, finding=WHAT_RAN)
+    return MatrixPath(name, _hand_edited_build(False), _checked(True, _build_switch_forced), tasks=True, pending_start=True,
+                      host=host, check=_Build(False, False).check, lock_expires=_build_guard_expires(False))
 
 
 # Forced: the A/B (unit_override's dead-man; promote.yml and an env file's redeploy use the same vehicle) and the
 # build activation (its own dead-man).
 START_STATES: List[MatrixPath] = [_pending_path(what, play, host, False) for what, play, host in _PENDING_PLAYS] + [
     _pending_path(what, play, host, True) for what, play, host in _PENDING_PLAYS if what in ("an A/B", "a build activation")]
+START_STATES.append(MatrixPath(
+    "disk differs from what runs: a build activation of a build that cannot start, after a hand edit, "
+    "specdec_force=true (the undo restarts what ran)", _hand_edited_build(True), _checked(True, _broken_build_switch_forced),
+    tasks=True, expect_failure=True, pending_start=True, host=dict(_REAL, binary_under=str(BUILD_ROOT)),
+    check=_Build(False, True).check, lock_expires=_build_guard_expires(False)))
 PATHS += START_STATES
 
 # ------------------------------------------------------------------ the A/B play as a whole
@@ -1224,10 +1245,10 @@ the baseline's fresh start, a second candidate, the restore) passes `keep_what_r
 `unit_override` keeps what ran (read from `/proc`) as the runtime drop-in `zy-llmfleet-specdec-ran.conf`, and the
 dead-man's script carries a copy that it puts back before its restart; every way back (the dead-man, the candidate's
 own restore, the play's, `rollback.yml`) restarts on it and removes it once production answered, leaving the hand
-edit pending on disk as it was. The forced build activation does not keep what ran yet (the rows marked **FAILS**,
-a known finding a test pins): the build's undo restarts the previous build on the hand-edited env file, and
-production ends down. promote.yml and an env file's redeploy, forced, go ahead on the pending change with the disk
-as their way back.
+edit pending on disk as it was. The forced build activation (`llamacpp_activate keep_what_runs`) keeps the units'
+environment as it ran (`zy-llmfleet-specdec-build-ran.conf`, in its record, which its dead-man and an interrupted
+switch's undo read): the new build starts with it, and so does the previous one when the new one cannot start.
+promote.yml and an env file's redeploy, forced, go ahead on the pending change with the disk as their way back.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

@@ -197,7 +197,6 @@ def test_a_promote_goes_ahead_on_a_free_unit_and_the_check_says_so(tmp_path: Pat
 
 
 REFUSED_PENDING = [p.name for p in cm.START_STATES if "refused before its first change" in p.name]
-FORCED_PENDING = [p.name for p in cm.START_STATES if p.finding]
 FORCED_AB = next(p.name for p in cm.START_STATES if "an A/B after a hand edit, specdec_force" in p.name)
 
 
@@ -211,25 +210,22 @@ def test_a_pending_change_on_disk_is_refused_before_the_first_change(rows: List[
     assert not [point for point, by in cells.items() for cell in by.values() if cell.problems or cell.ends_on != 0]
 
 
-@pytest.mark.parametrize("path", FORCED_PENDING)
-def test_a_forced_pending_change_is_the_way_back_today_a_known_finding(rows: List[Any], path: str) -> None:
-    """With specdec_force=true the way back should be what ran; today the dead-man, the candidate's own restore and
-    rollback.yml restart the unit on what is on disk (the hand edit, which cannot start): production ends down from
-    the first change on. When this is fixed this test fails: drop ``finding`` from the path and regenerate the doc."""
+FORCED_BUILDS = [p.name for p in cm.START_STATES if "build activation" in p.name and "specdec_force" in p.name]
+
+
+@pytest.mark.parametrize("path", FORCED_BUILDS)
+def test_a_forced_build_switch_keeps_what_ran_for_the_new_build_and_for_its_undo(rows: List[Any], path: str) -> None:
+    """specdec_force=true past a hand edit that cannot start, then a build switch (llamacpp_activate
+    keep_what_runs): the units' environment as it ran is kept before the switch, so the new build starts with it,
+    and so does the previous one after a failed switch (the second path), by the module, its dead-man or an
+    interrupted switch's undo. Every cell ends with production serving what ran, nothing left, the edit pending."""
     path_rows = [(point, cells) for name, point, cells in rows if name == path]
     points = [point for point, _cells in path_rows]
-    first_change = next(i for i, point in enumerate(points)
-                        if point.startswith(("before systemd-run", "before mkdir llmfleet-specdec")))
-    for point, cells in path_rows[:first_change]:
-        assert not [c for c in cells.values() if c.problems], point  # nothing changed yet: what ran still runs
-
-    def down(cell: Any) -> bool:
-        return any("serves neither production nor its start state: None" in p for p in cell.problems)
-
-    for point, cells in path_rows[first_change:]:  # the module runs on: its own restore restarts into the disk
-        assert down(cells["controller killed"]), point
-    assert all(down(cell) for cell in path_rows[-1][1].values())
-    assert any(down(cells["module SIGKILL"]) for _p, cells in path_rows)  # the dead-man alone does the same
+    assert "before write zy-llmfleet-specdec-build-ran.conf" in points
+    assert "before remove zy-llmfleet-specdec-build-ran.conf" in points
+    assert not [(point, column, cell.problems) for point, cells in path_rows for column, cell in cells.items()
+                if cell.problems]
+    assert any(cells["module SIGKILL"].outcome == "the build's dead-man timer" for _point, cells in path_rows)
 
 
 def test_a_forced_ab_restarts_what_ran_on_every_way_back_and_leaves_the_pending_change_pending(rows: List[Any]) -> None:

@@ -105,3 +105,15 @@ def test_the_dead_mans_script_carries_the_pin_and_the_next_restore_finds_it_ther
 def test_the_pin_sorts_between_an_operators_override_and_the_ab_drop_in() -> None:
     names = sorted(["override.conf", "50-limits.conf", sd.PIN_NAME, sd.DROPIN_NAME])
     assert names.index("override.conf") < names.index(sd.PIN_NAME) < names.index(sd.DROPIN_NAME)
+
+
+def test_a_build_switchs_record_puts_its_pins_back_and_drops_them(tmp_path: Path) -> None:
+    pin = tmp_path / "run" / "systemd" / "system" / "llama-server.service.d" / _pin.BUILD_PIN_NAME
+    units = [{"unit": "llama-server.service", "pin": str(pin), "pin_text": "[Service]\nEnvironment=\n"},
+             {"unit": "other.service"}]  # nothing pending there: no pin
+    assert _pin.put_back(units) and pin.read_text() == "[Service]\nEnvironment=\n"
+    assert oct(pin.stat().st_mode & 0o777) == "0o600"
+    assert not _pin.put_back(units)  # in place already: nothing written, no reload needed
+    assert _pin.drop(units) and not pin.exists() and not pin.parent.exists()
+    assert not _pin.drop(units)
+    assert _pin.BUILD_PIN_NAME < sd.DROPIN_NAME and _pin.BUILD_PIN_NAME != sd.PIN_NAME
