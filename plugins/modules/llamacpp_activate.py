@@ -116,6 +116,9 @@ options:
         not kept, it changes on purpose), so that the new build, the undo of a failed switch and the dead-man all
         start with what ran and not with the pending change. It is removed, with a C(daemon-reload) and no
         restart, once the units answered health; the change stays pending on disk, as before.
+      - A unit that answers on neither build keeps its drop-in (what ran is still what its next start should
+        get); C(rollback.yml) leaves it alone, and a reboot or C(rm) followed by C(systemctl daemon-reload)
+        removes it once the unit is fixed.
     type: bool
     default: false
     version_added: 0.2.0
