@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as live_unit
@@ -201,14 +201,3 @@ def current(paths: OverridePaths) -> str | None:
         return json.loads(ast.literal_eval(line.strip()[len("CONFIG = json.loads("):-1])).get("pin_text") or None
     except (OSError, ValueError, SyntaxError, AttributeError):
         return None
-
-
-def pinned(paths: OverridePaths) -> Tuple[bool, str]:
-    """(whether a pin is in place, its pending line)."""
-    try:
-        with open(paths.pin, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return False, ""
-    line = next((line for line in text.splitlines() if line.startswith("# Pending: ")), "")
-    return True, line[len("# Pending: "):]

@@ -189,6 +189,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -224,12 +225,14 @@ def healthy(pid_before):
         return None
 
 
+{put_back}
+
+
 def keep_what_ran():
     # a run forced past a change pending on disk: the restart below starts what ran, not that change
     if CONFIG["pin_text"] and not os.path.exists(CONFIG["pin"]):
         os.makedirs(CONFIG["dropin_dir"], mode=0o700, exist_ok=True)
-        with open(os.open(CONFIG["pin"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(CONFIG["pin_text"])
+        put_back(CONFIG["pin"], CONFIG["pin_text"], 0o600)
         say("put back " + CONFIG["pin"] + " (what ran, kept as the way back)")
 
 
@@ -295,7 +298,7 @@ def render_rollback_script(paths: OverridePaths, python: str, url: str, health_t
         "url": url, "health_timeout": int(health_timeout), "pin_text": pin_text or "",
     }, sort_keys=True)
     return _ROLLBACK_SCRIPT.format(python=python, unit=paths.unit, timer=paths.timer, config=config,
-                                   no_redirect=SCRIPT_NO_REDIRECT)
+                                   no_redirect=SCRIPT_NO_REDIRECT, put_back=SCRIPT_PUT_BACK)
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"
