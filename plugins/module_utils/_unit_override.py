@@ -207,6 +207,7 @@ class UnitOverride:
         self.deadman = _deadman.DeadMan(self.sd, python=python, health_timeout=health_timeout, wall=wall,
                                         clock=clock, sleep=sleep)
         self.keep_what_runs = False  # O(keep_what_runs): a pending change on disk is not the way back (_pin)
+        self.try_pending = False  # O(try_pending): the candidate runs on the pending change, what ran is only the way back
 
     @property
     def guard_seconds(self) -> int:
@@ -409,9 +410,11 @@ class UnitOverride:
         if plan.arm_timer or guarded or pin:
             self.deadman.arm(paths, int(rollback_after or self.guard_seconds), health_url(prod_host, prod_port),
                              pin or _pin.current(paths))
-        if pin:  # the way back is what ran (armed first: the dead-man restarts on it, then removes it)
+        if pin and not self.try_pending:  # the way back is what ran (armed first: the dead-man restarts on it)
             _pin.write(paths, pin)
             result["pinned"] = paths.pin
+        elif pin:  # try_pending: the candidate runs on the disk; only the dead-man's script keeps what ran
+            result["kept_for_way_back"] = True
         if plan.write_files:
             for directory in (os.path.dirname(paths.state_dir), paths.state_dir, paths.dropin_dir):
                 _deadman.ensure_private_dir(directory)
@@ -456,6 +459,7 @@ class UnitOverride:
         """The candidate never became healthy: restore production, then say both things loudly."""
         journal = list(exc.details.get("journal") or self.sd.journal(paths.unit, None, 20))
         tail = journal_tail(paths.unit + " (the candidate)", journal)
+        self.try_pending = False  # a trial that failed: the way back is what ran, kept by the dead-man's script
         try:
             restored = self.absent(paths.unit)
         except UnitOverrideError as restore_exc:
@@ -582,13 +586,14 @@ class UnitOverride:
         pin = self.pin_needed(paths, info) if need_restart and not overridden else None
         if need_restart:
             self.require_port(unit, port, info, what="production")
-        kept = pin or (_pin.current(paths) if need_restart else None)
+        pin, kept = (None, None) if self.try_pending else (pin, pin or (_pin.current(paths) if need_restart else None))
+        dropped = self.try_pending and _pin.remove(paths)  # the tried change was committed: the disk is production
         if (overridden or pin) and not self.deadman.state(paths)["armed"]:
             self.deadman.arm(paths, self.guard_seconds, health_url(host, port), kept)
         if kept and not os.path.exists(paths.pin):  # a fresh start of production restarts what ran, not the disk
             _pin.write(paths, kept)
             pin = kept
-        self._remove_override(paths, reload=overridden or bool(pin) or info.get("NeedDaemonReload") == "yes")
+        self._remove_override(paths, reload=overridden or bool(pin) or dropped or info.get("NeedDaemonReload") == "yes")
         try:
             if need_restart:
                 health = self.restart_and_wait(unit, host, port)
@@ -699,6 +704,10 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
                            "restarts the unit whenever its candidate changes")
     if params.get("restart") and every_unit:
         raise SpecdecError("restart=true needs one unit: unit='*' restores every overridden unit and restarts only those")
+    if params.get("try_pending") and (state == "confirmed" or every_unit
+                                      or (state == "present" and not params.get("keep_what_runs"))):
+        raise SpecdecError("try_pending=true goes with state=present and keep_what_runs=true (the trial), or with "
+                           "state=absent on one unit (production restarted on the committed disk)")
     unit = None if every_unit else service_name(params["unit"])
     exec_start = (check_exec_start(params["exec_start"], params.get("exec_prefix"))
                   if state == "present" and params.get("exec_start") is not None else None)
@@ -729,6 +738,7 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
                            health_timeout=health_timeout, port_timeout=port_timeout)
     manager.deadman.python_problem = python_problem
     manager.keep_what_runs = bool(params.get("keep_what_runs"))
+    manager.try_pending = bool(params.get("try_pending"))
     if every_unit:
         return manager.absent_everywhere()
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O

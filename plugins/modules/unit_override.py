@@ -146,6 +146,18 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  try_pending:
+    description:
+      - For a promotion forced past a change pending on disk, which commits that change with its winner.
+      - With O(state=present) and O(keep_what_runs=true), the candidate runs on the pending change (the files on disk)
+        plus its own variables, so the trial tries what the commit will write; what ran is kept only in the dead-man
+        timer's script, and every way back (the dead-man, this module's restore of a candidate that failed,
+        C(rollback.yml), O(state=absent) without O(try_pending)) puts it back and restarts on it.
+      - With O(state=absent), the tried change was committed to disk, so production restarts on the disk, not on
+        what ran; the dead-man stays armed, with what ran as its way back, until production answered health.
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -296,6 +308,10 @@ pinned:
   returned: when O(state=present) wrote it
   type: str
   sample: /run/systemd/system/llama-server.service.d/zy-llmfleet-specdec-ran.conf
+kept_for_way_back:
+  description: O(try_pending) kept what ran in the dead-man timer's script only (the candidate runs on the disk).
+  returned: when O(state=present) with O(try_pending) kept it
+  type: bool
 restored:
   description: After a candidate failed, whether production was restored and found healthy.
   returned: failure of O(state=present)
@@ -322,6 +338,7 @@ ARGUMENT_SPEC = dict(
     port_timeout=dict(type="int", default=30),
     restart=dict(type="bool", default=False),
     keep_what_runs=dict(type="bool", default=False),
+    try_pending=dict(type="bool", default=False),
 )
 
 

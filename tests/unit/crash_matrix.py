@@ -370,27 +370,37 @@ def _accepting(*extra: Dict[str, str]) -> Callable[[Host], None]:
     return setup
 
 
-def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool) -> Callable[[Host], None]:
+def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool, forced: bool = False,
+                  rendered: bool = False) -> Callable[[Host], None]:
     """playbooks/promote.yml (``record``), or roles llamacpp_serve / vllm_serve redeploying a changed env file
     (tasks/files.yml): lock; the change as an override under the dead-man and health; the commit; the override
     removed, production restarted on the new file and checked; on failure the previous files back; the lock
-    released in any case."""
+    released in any case. ``forced``: past a change pending on disk (specdec_force), the trial tries it with the
+    change (keep_what_runs, try_pending: what ran is only the dead-man's way back) and the restart on the committed
+    file is try_pending too; the rescue restores what ran. ``rendered``: the new file is rendered from the inventory
+    (a deploy), not the file on disk with the change added (a promotion)."""
+    def trial(host: Host) -> uo.UnitOverride:
+        manager = host.manager()
+        manager.keep_what_runs = manager.try_pending = forced
+        return manager
+
     def play(host: Host) -> None:
         env_path = _env_path(host)
         old_text = env_path.read_text()
-        new_text = old_text + "".join(f"{name}={value}\n" for name, value in new_vars.items())
+        base_text = "".join(f"{k}={v}\n" for k, v in host.production_env().items()) if rendered else old_text
+        new_text = base_text + "".join(f"{name}={value}\n" for name, value in new_vars.items())
         record_path = host.root / "etc" / "llama-server.promoted.json"
         host.task("ab_lock state=present", lambda: host.lock(owner))
         committed = False
         error: Optional[UnitOverrideError] = None
         try:
             changes = env_file_changes(new_text, old_text)
-            host.task("unit_override state=present", lambda: host.manager().present(UNIT, _config(changes), ROLLBACK_AFTER))
+            host.task("unit_override state=present", lambda: trial(host).present(UNIT, _config(changes), ROLLBACK_AFTER))
             host.task("copy: commit the env file", lambda: _write(env_path, new_text))
             committed = True
             if record:
                 host.task("copy: commit the promotion record", lambda: _write(record_path, '{"config": "winner"}\n'))
-            host.task("unit_override state=absent", lambda: host.manager().absent(UNIT))
+            host.task("unit_override state=absent", lambda: trial(host).absent(UNIT))
         except UnitOverrideError as exc:
             error = exc
             if committed:
@@ -730,11 +740,29 @@ INTERLEAVED: List[MatrixPath] = [
     _at_each_cut(replace(PATHS[3], host=_REAL), "A/B x promote, A/B x deploy: each at every cut of a baseline slot "
                  "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
 ]
-# promote x A/B and deploy x A/B: an A/B starts at every cut of promote.yml and of a unit file's redeploy; their
-# own rows carry it (the same cells, one run each).
-for _at, _play in ((0, "promote x A/B"), (4, "deploy x A/B")):
-    PLAYS[_at] = _at_each_cut(replace(PLAYS[_at], host=_REAL), f"{PLAYS[_at].name}; {_play}: an A/B at every cut "
-                              "(kept off while the lock lives or a change is pending)", _ab_start)
+def _deploy_start(host: Host) -> List[str]:
+    """deploy.yml's start (require_unit_free.yml, the start-from-running check, then the lock), at a cut of another
+    play (an interrupted deploy or promotion): kept off while anything of that play is pending."""
+    pending = _pending(host)
+    try:
+        _require_unit_free(host)
+        _start_from_running(host)
+        host.lock("deploy-2")
+    except (RefusedError, hs.LockHeldError):
+        return []
+    host.unlock("deploy-2")
+    return [f"a deploy took the unit's lock while the first play left {pending}"] if pending else []
+
+
+def _ab_then_deploy(host: Host) -> List[str]:
+    return _ab_start(host) + _deploy_start(host)
+
+
+# promote x A/B, deploy x A/B and deploy x deploy: an A/B, then a deploy, starts at every cut of promote.yml and of
+# a unit file's redeploy (each cut is a start state of an interrupted play); their own rows carry it.
+for _at, _play in ((0, "promote x A/B, promote x deploy"), (4, "deploy x A/B, deploy x deploy")):
+    PLAYS[_at] = _at_each_cut(replace(PLAYS[_at], host=_REAL), f"{PLAYS[_at].name}; {_play}: an A/B and a deploy at "
+                              "every cut (kept off while the lock lives or a change is pending)", _ab_then_deploy)
 PATHS += PLAYS + INTERLEAVED
 
 # ------------------------------------------------------------------ start states where the disk differs from what runs
@@ -829,8 +857,21 @@ def _pending_path(what: str, play: Callable[[Host], Any], host: Dict[str, Any], 
                       host=host, check=_Build(False, False).check, lock_expires=_build_guard_expires(False))
 
 
-# Forced: the A/B (unit_override's dead-man; promote.yml and an env file's redeploy use the same vehicle) and the
-# build activation (its own dead-man).
+HAND_EDIT_OK = {"LLAMA_ARG_CTX_SIZE": "8192"}  # an edit that starts: a forced promotion commits it with its winner
+
+
+def _hand_edited_ok(host: Host) -> None:
+    _env_path(host).write_text(_env_path(host).read_text() + "".join(f"{k}={v}\n" for k, v in HAND_EDIT_OK.items()))
+    host.accepted[UNIT].append(_with(host, HAND_EDIT_OK, PROMOTED))
+
+
+def _hand_edited_deploy(host: Host) -> None:
+    _hand_edited(host)
+    host.accepted[UNIT].append(_with(host, PROMOTED))  # the deploy renders the file anew: the hand edit goes
+
+
+# Forced: the A/B (unit_override's dead-man) and the build activation (its own dead-man); promote.yml and an env
+# file's redeploy through the vehicle try the pending change with their own (try_pending), what ran the way back.
 START_STATES: List[MatrixPath] = [_pending_path(what, play, host, False) for what, play, host in _PENDING_PLAYS] + [
     _pending_path(what, play, host, True) for what, play, host in _PENDING_PLAYS if what in ("an A/B", "a build activation")]
 START_STATES.append(MatrixPath(
@@ -838,6 +879,21 @@ START_STATES.append(MatrixPath(
     "specdec_force=true (the undo restarts what ran)", _hand_edited_build(True), _checked(True, _broken_build_switch_forced),
     tasks=True, expect_failure=True, pending_start=True, host=dict(_REAL, binary_under=str(BUILD_ROOT)),
     check=_Build(False, True).check, lock_expires=_build_guard_expires(False)))
+_FORCED = "specdec_force=true"
+START_STATES += [
+    MatrixPath(f"disk differs from what runs: promote.yml after a hand edit that cannot start, {_FORCED} (the trial "
+               "tries the edit with the winner and fails; the way back is what ran)", _hand_edited,
+               _checked(True, _vehicle_play(PROMOTED, "promote-1", record=True, forced=True)), tasks=True,
+               expect_failure=True, pending_start=True, host=_REAL),
+    MatrixPath(f"disk differs from what runs: promote.yml after a hand edit that starts, {_FORCED} (the edit is "
+               "committed with the winner once both answered; before that the way back is what ran)", _hand_edited_ok,
+               _checked(True, _vehicle_play(PROMOTED, "promote-1", record=True, forced=True)), tasks=True,
+               pending_start=True, host=_REAL),
+    MatrixPath(f"disk differs from what runs: deploy.yml (a changed env file, rendered anew) after a hand edit, {_FORCED} "
+               "(the new file is tried; the way back is what ran)", _hand_edited_deploy,
+               _checked(True, _vehicle_play(PROMOTED, "deploy-1", record=False, forced=True, rendered=True)), tasks=True,
+               pending_start=True, host=_REAL),
+]
 PATHS += START_STATES
 
 # ------------------------------------------------------------------ the A/B play as a whole
@@ -961,6 +1017,8 @@ def _end_state(host: Host, path: MatrixPath, start: Dict[str, Any]) -> Tuple[Opt
             waiting = host.fake.env_on_disk(name)
             if path.pending_start and waiting == start["disk"][name]:
                 continue  # the operator's own change, pending since before the play, left as it was
+            if path.pending_start and waiting in host.accepted.get(name, []):
+                continue  # a forced play's commit of it, which answered health, cut before production restarted on it
             if waiting != host.fake.serving(name):
                 problems.append(f"{name} serves {host.fake.serving(name)} but its files on disk would start {waiting} "
                                 "(a change that never answered health waits for the next restart)")
@@ -1218,10 +1276,11 @@ switch: it must not get the unit's lock while the switch's record or its dead-ma
 of a baseline slot, `promote.yml` and then `deploy.yml` (a changed env file) start from their first task, as main
 has them (`require_unit_free.yml`, then `require_start_from_running.yml`, then the lock for the vehicle): each is
 refused and leaves /run, the env file, the unit's process, the timers and the lock as it found them.
-**promote x A/B, deploy x A/B** (in the rows of `promote.yml` and of a unit file's redeploy): an A/B starts (its
-start-from-running check, then the lock) at each of their cuts (`unit_deploy`; an env file's redeploy is promote's
-vehicle without the record); it must not get the unit while the play's lock lives or anything of it is pending (a
-file of ours in /run, a timer, a change on disk that does not run).
+**promote x A/B, deploy x A/B, and a deploy after either** (in the rows of `promote.yml` and of a unit file's
+redeploy): an A/B starts (its start-from-running check, then the lock), then `deploy.yml` (its unit-free check, its
+start-from-running check, then the lock), at each of their cuts (`unit_deploy`; an env file's redeploy is promote's
+vehicle without the record): each cut is the start state of an interrupted play. Neither may get the unit while the
+play's lock lives or anything of it is pending (a file of ours in /run, a timer, a change on disk that does not run).
 
 One start state that is not production's: an activation killed at its restart (`current` moved, the unit not
 restarted, its record and dead-man in /run); the next activation undoes it with that dead-man still armed, then
@@ -1248,7 +1307,12 @@ own restore, the play's, `rollback.yml`) restarts on it and removes it once prod
 edit pending on disk as it was. The forced build activation (`llamacpp_activate keep_what_runs`) keeps the units'
 environment as it ran (`zy-llmfleet-specdec-build-ran.conf`, in its record, which its dead-man and an interrupted
 switch's undo read): the new build starts with it, and so does the previous one when the new one cannot start.
-promote.yml and an env file's redeploy, forced, go ahead on the pending change with the disk as their way back.
+promote.yml and an env file's redeploy, forced, commit the pending change with their own, so their trial tries it
+(`unit_override try_pending`: the override runs on the disk plus the winner, or on the file rendered anew, and what
+ran is kept only in the dead-man's script); every way back before production answered on the committed file (the
+trial's own restore, the dead-man, `rollback.yml`, the play's rescue) restarts what ran. Forced after an edit that
+cannot start, the trial fails and what ran comes back; after an edit that starts, both are committed, and a cut
+after the commit may leave that verified change on disk for the next restart, with what ran running.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

@@ -160,9 +160,10 @@ def test_a_play_that_starts_at_any_cut_of_another_never_gets_the_unit(rows: List
 
 @pytest.mark.parametrize("first", ["promote.yml (lock, override, commit", "deploy: redeploy of a changed unit file"])
 def test_an_ab_at_any_cut_of_promote_or_a_redeploy_never_gets_the_unit(rows: List[Any], first: str) -> None:
-    """promote x A/B, deploy x A/B: the rows of these plays carry an A/B that starts at each of their cuts."""
+    """promote x A/B, deploy x A/B, and a deploy after either: the rows of these plays carry an A/B and then a deploy
+    that start at each of their cuts (each cut is the start state of an interrupted play)."""
     path = next(p for p in cm.PLAYS if p.name.startswith(first))
-    assert " x A/B: an A/B at every cut" in path.name and path.host == cm._REAL
+    assert " x deploy: an A/B and a deploy at every cut" in path.name and path.host == cm._REAL
     cells = _cells(rows, path.name)
     assert len(cells) >= 20 and not [point for point, by in cells.items() for c in by.values() if c.problems]
 
@@ -182,6 +183,33 @@ def test_the_second_plays_see_a_unit_left_unguarded(tmp_path: Path) -> None:
         with pytest.raises(cm.RefusedError, match="is busy: held by"):  # the A/B's lock taken meanwhile: promote is told who
             host.lock("run-1")
             cm._require_unit_free(host)
+    finally:
+        host.close()
+
+
+def test_a_deploy_after_an_interrupted_redeploy_is_kept_off_until_its_dead_man_put_the_files_back(
+        tmp_path: Path) -> None:
+    """unit_deploy killed at its restart (the new files written, its dead-man armed), its lock expired: a second
+    deploy is refused while that dead-man waits, and goes ahead once it put the previous files back."""
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        cm._with_launcher(host)
+        host.lock("deploy-1", expires_after=30)
+        host.faults = cm._KillAtLabel("systemctl restart")
+        with pytest.raises(cm.Killed):
+            cm.UnitDeploy(host.manager()).deploy(cm.UNIT, [{"path": str(tmp_path / "launcher"), "content": "v2\n",
+                                                            "mode": 0o755}], cm.ROLLBACK_AFTER)
+        host.faults = cm.Faults()
+        host.fake.advance(31)  # the lock's own expiry is past; the deploy's dead-man still waits
+        problems = cm._deploy_start(host)
+        assert problems == [] and cm._lock_file(host).exists()
+        with pytest.raises(cm.RefusedError):
+            cm._require_unit_free(host)
+        host.fake.advance(cm.ROLLBACK_AFTER)  # the dead-man puts the previous launcher back
+        assert (tmp_path / "launcher").read_text() == "v1\n" and not host.fake.armed()
+        cm._require_unit_free(host)  # free now: the stale lock is taken over, nothing is pending
+        assert cm._deploy_start(host) == []
     finally:
         host.close()
 
@@ -311,3 +339,59 @@ def test_a_local_controller_killed_during_a_redeploy_keeps_its_lock_while_the_de
         assert "controller process 4242 is gone" in lock({"run_id": "ab-2", "controller": "ctl2"})["taken_over"]["why"]
     finally:
         host.close()
+
+
+FORCED_VEHICLE = [p.name for p in cm.START_STATES if p.name.startswith((
+    "disk differs from what runs: promote.yml after a hand edit that", "disk differs from what runs: deploy.yml"))
+    and "specdec_force=true" in p.name]
+
+
+def test_a_forced_promotion_or_redeploy_tries_the_pending_change_and_falls_back_to_what_ran(rows: List[Any]) -> None:
+    """specdec_force=true past a hand edit: promote.yml and an env file's redeploy try the pending change with their
+    own (unit_override try_pending: no pin in place during the trial), and every way back before production answered
+    on the committed file (the trial's own restore, the dead-man, rollback.yml, the rescue) restarts what ran."""
+    assert len(FORCED_VEHICLE) == 3
+    for name in FORCED_VEHICLE:
+        path_rows = [(point, cells) for path, point, cells in rows if path == name]
+        assert not [(point, column, cell.problems) for point, cells in path_rows for column, cell in cells.items()
+                    if cell.problems], name
+        # the dead-man alone brings back what ran while the trial serves (a module killed mid-switch)
+        assert any(cells["module SIGKILL"].outcome == "dead-man timer" for _point, cells in path_rows), name
+    broken = _cells(rows, FORCED_VEHICLE[0])
+    # the trial of the edit that cannot start fails; its own restore puts what ran back as the pin, then removes it
+    assert "before write zy-llmfleet-specdec-ran.conf" in broken and "before copy: commit the env file" not in broken
+    assert broken["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
+    good = _cells(rows, FORCED_VEHICLE[1])
+    assert "before write zy-llmfleet-specdec-ran.conf" not in good  # the commit's restart is on the disk
+    assert good["after the last step"]["module SIGKILL"].ends_on == 1  # the edit and the winner, committed
+
+
+def test_try_pending_trial_runs_on_the_disk_and_keeps_what_ran_only_in_the_dead_mans_script(tmp_path: Path) -> None:
+    cm.install()
+    host = cm.Host(tmp_path, real_unit=True)
+    try:
+        cm._hand_edited_ok(host)
+        ran = host.fake.serving(cm.UNIT)
+        manager = host.manager()
+        manager.keep_what_runs = manager.try_pending = True
+        result = manager.present(cm.UNIT, cm._config(cm.PROMOTED), cm.ROLLBACK_AFTER)
+        paths = cm.uo.override_paths(cm.UNIT, str(host.fake.run_dir))
+        assert result["kept_for_way_back"] and "pinned" not in result and not Path(paths.pin).exists()
+        assert host.fake.serving(cm.UNIT) == cm._with(host, cm.HAND_EDIT_OK, cm.PROMOTED)  # the edit and the winner
+        kept = cm.uo._pin.current(paths)  # what ran, from the dead-man's script: without the edit
+        assert kept and "Environment=LLAMA_ARG_MODEL=/m/target.gguf" in kept and "Environment=LLAMA_ARG_CTX_SIZE" not in kept
+        host.fake.advance(cm.ROLLBACK_AFTER + 1)  # the controller is gone: the dead-man restarts what ran
+        assert host.fake.serving(cm.UNIT) == ran and not Path(paths.pin).exists()
+        assert host.fake.env_on_disk(cm.UNIT) != ran  # the operator's edit stays pending on disk
+    finally:
+        host.close()
+
+
+def test_try_pending_goes_with_keep_what_runs_and_one_unit() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_override import run_unit_override
+    for params in ({"unit": "llama-server", "state": "present", "env": {"A": "1"}, "try_pending": True},
+                   {"unit": "*", "state": "absent", "try_pending": True},
+                   {"unit": "llama-server", "state": "confirmed", "try_pending": True}):
+        with pytest.raises(SpecdecError, match="try_pending=true goes with"):
+            run_unit_override(params, run=lambda argv: (0, "", ""), check_mode=True, python="/usr/bin/python3")
