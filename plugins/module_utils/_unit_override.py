@@ -598,7 +598,7 @@ class UnitOverride:
             if need_restart:
                 health = self.restart_and_wait(unit, host, port)
                 result["restarted"] = True
-                self._require_production(paths, base, health)
+                self._require_production(paths, self.base_env(paths), health)  # as loaded now: a commit since
             elif self.healthy_now(unit, info, host, port):
                 health = {"healthy": True, "main_pid": int(info["MainPID"]), "url": health_url(host, port), "port": port}
             else:

@@ -39,9 +39,11 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
         sys.path.insert(0, extra)
 
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
+from fakesystemd import _dropin_exec as fakesystemd_exec  # noqa: E402
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman, _render  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo  # noqa: E402
@@ -740,6 +742,8 @@ INTERLEAVED: List[MatrixPath] = [
     _at_each_cut(replace(PATHS[3], host=_REAL), "A/B x promote, A/B x deploy: each at every cut of a baseline slot "
                  "(refused while the A/B's lock lives, nothing changed)", _promote_and_deploy),
 ]
+
+
 def _deploy_start(host: Host) -> List[str]:
     """deploy.yml's start (require_unit_free.yml, the start-from-running check, then the lock), at a cut of another
     play (an interrupted deploy or promotion): kept off while anything of that play is pending."""
@@ -764,6 +768,149 @@ for _at, _play in ((0, "promote x A/B, promote x deploy"), (4, "deploy x A/B, de
     PLAYS[_at] = _at_each_cut(replace(PLAYS[_at], host=_REAL), f"{PLAYS[_at].name}; {_play}: an A/B and a deploy at "
                               "every cut (kept off while the lock lives or a change is pending)", _ab_then_deploy)
 PATHS += PLAYS + INTERLEAVED
+
+# ------------------------------------------------------------------ form exec: a hand-written unit's promotion
+#
+# playbooks/tasks/promote_exec.yml on a unit whose own ExecStart= runs the server (form exec): the winner's command
+# line as an override (unit_override exec_start) under the dead-man; then the commit, as filter exec_promotion
+# renders it: the winner's variables in an env file named by its content (written first, under a name no drop-in
+# names yet), then the persistent drop-in /etc/systemd/system/<unit>.d/40-llmfleet-specdec-promoted.conf naming it
+# (one atomic rename switches to the new pair), the record; production restarted on it and read back (it runs the
+# promoted command line); the earlier promotion's env file removed only then. On failure the previous drop-in and
+# env file are put back (or removed) and production restarted.
+
+EXEC_FLAGS = ["--spec-type", "ngram-mod"]
+EXEC_VARS = {"LLAMA_ARG_SPEC_NGRAM_SIZE_N": "4"}
+EARLIER_FLAGS = ["--spec-type", "ngram-simple"]
+EARLIER_VARS = {"LLAMA_ARG_DRAFT_MAX": "8"}
+
+
+def _unit_argv(host: Host) -> List[str]:
+    """The unit file's own command line (what serving_unit_info reads as the unit's argv)."""
+    text = Path(host.fake.state()["units"][UNIT]["unit_file"]).read_text()
+    return next(line.split("=", 1)[1].split() for line in text.splitlines() if line.startswith("ExecStart="))
+
+
+def _running_argv(host: Host) -> Optional[List[str]]:
+    pid = host.fake.state()["units"][UNIT]["pid"]
+    if not pid:
+        return None
+    return (host.fake.proc / str(pid) / "cmdline").read_text().split("\x00")[:-1]
+
+
+def _promotion(host: Host, flags: List[str], env: Dict[str, Optional[str]], run_id: str) -> Dict[str, Any]:
+    """filter exec_promotion's rendering of a winner measured on this unit (paths under the fake host's root)."""
+    argv = _unit_argv(host)
+    report = {"run_id": run_id, "baseline": "baseline", "configs": [
+        {"name": "baseline", "rendering": {"form": "exec", "exec_start": argv}},
+        {"name": "winner", "rendering": {"form": "exec", "exec_start": argv + flags, "override": env}}]}
+    promo = _render.exec_promotion(report, "winner", {"unit": UNIT, "form": "exec", "argv": argv},
+                                   env_dir=str(host.root / "etc" / "llmfleet-specdec"))
+    promo["dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN)
+    return promo
+
+
+def _earlier_promotion(host: Host) -> None:
+    """An earlier promotion (its drop-in and env file) that production runs: the start state of a re-promotion."""
+    promo = _promotion(host, EARLIER_FLAGS, EARLIER_VARS, "run-0")
+    Path(promo["env_file"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(promo["env_file"]).write_text(promo["env_text"])
+    Path(promo["dropin"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(promo["dropin"]).write_text(promo["text"])
+    host.fake.run(["systemctl", "daemon-reload"])
+    host.fake.run(["systemctl", "restart", UNIT])
+    assert _running_argv(host) == _unit_argv(host) + EARLIER_FLAGS
+    host.accepted[UNIT] = [_with(host, EARLIER_VARS)]
+
+
+def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]]) -> Callable[[Host], None]:
+    def play(host: Host) -> None:
+        promo = _promotion(host, flags, env, "run-1")
+        dropin, env_file = Path(promo["dropin"]), Path(promo["env_file"])
+        before = {path: path.read_text() if path.exists() else None for path in (dropin, env_file)}
+        record = host.root / "etc" / "llama-server.promoted.json"
+        command = es.check_exec_start(promo["exec_start"])
+
+        def read_back() -> None:
+            if _running_argv(host) != promo["exec_start"]:
+                raise UnitOverrideError(f"{UNIT} runs {_running_argv(host)}, not the promoted command line")
+
+        def stale() -> None:
+            for path in Path(promo["env_dir"]).glob(promo["env_pattern"]):
+                if path != env_file:
+                    path.unlink()
+
+        host.task("ab_lock state=present", lambda: host.lock("promote-1"))
+        committed = False
+        error: Optional[UnitOverrideError] = None
+        try:
+            host.task("unit_override state=present exec_start",
+                      lambda: host.manager().present(UNIT, _config({k: v for k, v in env.items() if v is not None}),
+                                                     ROLLBACK_AFTER, command))
+            host.task("ab_lock state=present (renewal)", lambda: host.lock("promote-1"))
+            host.task("file: the drop-in's and the env file's folders",
+                      lambda: (dropin.parent.mkdir(parents=True, exist_ok=True), env_file.parent.mkdir(exist_ok=True)))
+            committed = True
+            if promo["env_text"]:
+                host.task("copy: commit the winner's variables", lambda: _write(env_file, promo["env_text"]))
+            host.task("copy: commit the promoted drop-in", lambda: _write(dropin, promo["text"]))
+            host.task("copy: commit the promotion record", lambda: _write(record, '{"form": "exec"}\n'))
+            host.task("unit_override state=absent restart=true", lambda: host.manager().absent(UNIT, restart=True))
+            host.task("serving_unit_info: runs the promoted command line", read_back)
+            host.task("file: remove earlier promotions' env files", stale)
+        except UnitOverrideError as exc:
+            error = exc
+            if committed:
+                for path, text in before.items():
+                    if text is None:
+                        host.task(f"file: remove {path.name}", lambda p=path: p.unlink(missing_ok=True))
+                    else:
+                        host.task(f"copy: put {path.name} back", lambda p=path, t=text: _write(p, t))
+                host.task("file: remove the failed promotion's record", lambda: record.unlink(missing_ok=True))
+            try:
+                host.task("unit_override state=absent (rescue)", lambda: host.manager().absent(UNIT, restart=committed))
+            except UnitOverrideError:
+                pass
+        host.task("ab_lock state=absent", lambda: host.unlock("promote-1"))
+        if error is not None:
+            raise error
+    return play
+
+
+def _exec_consistent(host: Host) -> List[str]:
+    """What runs and what a restart would start agree on the command line, and it goes with its variables."""
+    running = _running_argv(host)
+    on_disk = fakesystemd_exec(host.fake._dropins_on_disk(UNIT)) or _unit_argv(host)
+    problems = []
+    if running is not None and running != on_disk:
+        problems.append(f"{UNIT} runs {running} but a restart would start {on_disk}")
+    serving = host.fake.serving(UNIT) or {}
+    for flags, env in ((EXEC_FLAGS, EXEC_VARS), (EARLIER_FLAGS, EARLIER_VARS)):
+        if running is not None and (running[-len(flags):] == flags) != all(serving.get(k) == v for k, v in env.items()):
+            problems.append(f"{UNIT} runs {running} with {serving}: a command line without its variables")
+    return problems
+
+
+def _exec_accepting(earlier: bool) -> Callable[[Host], None]:
+    def setup(host: Host) -> None:
+        if earlier:
+            _earlier_promotion(host)
+        host.accepted[UNIT].append(_with(host, EXEC_VARS))
+    return setup
+
+
+EXEC_PLAYS: List[MatrixPath] = [
+    MatrixPath("promote.yml of a hand-written unit (form exec: the winner's command line as a persistent drop-in)",
+               _exec_accepting(False), _exec_promote_play(EXEC_FLAGS, EXEC_VARS), tasks=True, host=_REAL,
+               check=_exec_consistent),
+    MatrixPath("promote.yml of a hand-written unit over an earlier promotion (form exec: the pair replaced, the "
+               "earlier env file removed once production answered)", _exec_accepting(True),
+               _exec_promote_play(EXEC_FLAGS, EXEC_VARS), tasks=True, host=_REAL, check=_exec_consistent),
+    MatrixPath("promote.yml of a hand-written unit over an earlier promotion, a command line that cannot start",
+               _exec_accepting(True), _exec_promote_play(EXEC_FLAGS, dict(EXEC_VARS, FAKE_FAIL_START="1")),
+               tasks=True, host=_REAL, expect_failure=True, check=_exec_consistent),
+]
+PATHS += EXEC_PLAYS
 
 # ------------------------------------------------------------------ start states where the disk differs from what runs
 #
@@ -1313,6 +1460,15 @@ ran is kept only in the dead-man's script); every way back before production ans
 trial's own restore, the dead-man, `rollback.yml`, the play's rescue) restarts what ran. Forced after an edit that
 cannot start, the trial fails and what ran comes back; after an edit that starts, both are committed, and a cut
 after the commit may leave that verified change on disk for the next restart, with what ran running.
+
+**A hand-written unit's promotion** (form exec, `playbooks/tasks/promote_exec.yml`; a first one, one over an
+earlier promotion, and one whose command line cannot start): the winner's command line as an override under the
+dead-man, then the commits in their order (the winner's variables in an env file named by its content, the
+persistent drop-in `/etc/systemd/system/<unit>.d/40-llmfleet-specdec-promoted.conf` naming it, the record), the
+restart on them, the read-back of the running command line, and only then the earlier promotion's env file removed;
+on failure the previous pair put back. The model runs a drop-in's `ExecStart=` as the process's command line and
+refuses to start a unit whose mandatory `EnvironmentFile=` is missing, as systemd does; each cell also checks that
+what runs and what a restart would start have the same command line, with its variables.
 
 In every cell, after time moved on: production active with production's config (the previous one, or a new one
 that answered health and was committed; within the path's dead-man time at the latest), nothing on disk that differs

@@ -95,6 +95,30 @@ def _effective(unit: Dict[str, Any], dropins: Dict[str, str]) -> Tuple[Dict[str,
     return environment, files, unset
 
 
+def _missing_env_files(unit: Dict[str, Any], dropins: Dict[str, str]) -> List[str]:
+    """The ``EnvironmentFile=`` paths without ``-`` that do not exist: systemd refuses to start the unit then."""
+    required = [line.split("=", 1)[1] for line in (unit.get("unit_text") or "").splitlines()
+                if line.startswith("EnvironmentFile=")]
+    for path in sorted(dropins, key=os.path.basename):
+        for line in dropins[path].splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key == "EnvironmentFile":
+                required = [*required, value] if value else []
+    return [path for path in required if path and not path.startswith("-") and not os.path.exists(path)]
+
+
+def _dropin_exec(dropins: Dict[str, str]) -> List[str] | None:
+    """The command line the drop-ins set (an empty ``ExecStart=`` resets, the next one sets), None if they set none:
+    the unit's own then runs (the model keeps its ``<binary> --port <port>`` for that)."""
+    argv: List[str] | None = None
+    for path in sorted(dropins, key=os.path.basename):
+        for line in dropins[path].splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key == "ExecStart":
+                argv = shlex.split(value.lstrip("-@+!:")) if value else None
+    return argv
+
+
 def _parse_unit_file(text: str) -> Tuple[List[str], Dict[str, str]]:
     """A unit file's ``EnvironmentFile=``s and ``Environment=`` assignments (what the model needs of it)."""
     files: List[str] = []
@@ -331,16 +355,23 @@ class FakeSystemd:
         unit = st["units"][name]
         env = self._environment(unit, unit["dropins"])
         exe = os.path.realpath(unit["binary"]) if unit.get("binary") else None
+        missing = _missing_env_files(unit, unit["dropins"])
+        if missing:
+            unit.update(active="failed", pid=0, result="resources")
+            st["journal"].append(f"{name}: Failed to load environment files: {missing[0]}: No such file or directory")
+            return
         if env.get("FAKE_FAIL_START") == "1" or (unit.get("binary") and _broken(unit["binary"])):
             unit.update(active="failed", pid=0, result="exit-code")
             st["journal"].append(f"{name}: start failed ({'FAKE_FAIL_START' if exe is None else exe})")
             return
         env.update(unit.get("wrapper_env") or {})  # a wrapper script that exports these before it execs the server
-        port = int(env.get("LLAMA_ARG_PORT", "8080"))
-        pid = self._spawn(st, name, port, env, exe)
+        argv = _dropin_exec(unit["dropins"])
+        port = int(argv[argv.index("--port") + 1] if argv and "--port" in argv[:-1] else env.get("LLAMA_ARG_PORT", "8080"))
+        pid = self._spawn(st, name, port, env, exe, argv)
         unit.update(active="active", pid=pid, result="success")
 
-    def _spawn(self, st: Dict[str, Any], name: str, port: int, env: Dict[str, str], exe: str | None) -> int:
+    def _spawn(self, st: Dict[str, Any], name: str, port: int, env: Dict[str, str], exe: str | None,
+               argv: List[str] | None = None) -> int:
         pid = st["next_pid"]
         st["next_pid"] += 1
         inode = st["next_inode"]
@@ -350,7 +381,8 @@ class FakeSystemd:
         (d / "fd").mkdir(parents=True, exist_ok=True)
         os.symlink(f"socket:[{inode}]", d / "fd" / "3")
         (d / "comm").write_text("llama-server\n")
-        (d / "cmdline").write_text(f"{exe}\x00--port\x00{port}\x00" if exe else "llama-server\x00")
+        (d / "cmdline").write_text("".join(f"{word}\x00" for word in argv) if argv
+                                   else f"{exe}\x00--port\x00{port}\x00" if exe else "llama-server\x00")
         if exe:  # what a build's activation reads of the process (the link is dangling for cwd: only its text counts)
             os.symlink(exe, d / "exe")
             os.symlink("/nonexistent-cwd", d / "cwd")
@@ -503,8 +535,13 @@ class FakeSystemd:
             return ""
 
     def _dropins_on_disk(self, name: str) -> Dict[str, str]:
-        d = self.run_dir / "systemd" / "system" / (name + ".d")
-        return {str(p): p.read_text() for p in sorted(d.glob("*.conf"))} if d.is_dir() else {}
+        """The runtime drop-ins (``<root>/run/systemd/system/<unit>.d``) and the persistent ones
+        (``<root>/etc/systemd/system/<unit>.d``, as promote.yml writes a hand-written unit's promotion)."""
+        found: Dict[str, str] = {}
+        for d in (self.root / "etc" / "systemd" / "system" / (name + ".d"), self.run_dir / "systemd" / "system" / (name + ".d")):
+            if d.is_dir():
+                found.update({str(p): p.read_text() for p in sorted(d.glob("*.conf"))})
+        return found
 
     def _active(self, st: Dict[str, Any], name: str) -> str:
         base, _dot, suffix = name.rpartition(".")

@@ -395,3 +395,38 @@ def test_try_pending_goes_with_keep_what_runs_and_one_unit() -> None:
                    {"unit": "llama-server", "state": "confirmed", "try_pending": True}):
         with pytest.raises(SpecdecError, match="try_pending=true goes with"):
             run_unit_override(params, run=lambda argv: (0, "", ""), check_mode=True, python="/usr/bin/python3")
+
+
+def test_a_hand_written_units_promotion_commits_in_an_order_that_always_starts(rows: List[Any]) -> None:
+    """Form exec (promote_exec.yml): at every cut of a first promotion, of a re-promotion over an earlier one and of
+    one whose command line cannot start, production runs its own or the verified command line with its variables,
+    and what a restart would start is the same (the earlier env file goes only after production answered)."""
+    names = [p.name for p in cm.EXEC_PLAYS]
+    assert len(names) == 3
+    for name in names:
+        cells = _cells(rows, name)
+        assert len(cells) >= 20, name
+        assert not [(point, c.problems) for point, by in cells.items() for c in by.values() if c.problems], name
+    repromote = _cells(rows, names[1])
+    points = list(repromote)
+    assert points.index("before copy: commit the winner's variables") < points.index(
+        "before copy: commit the promoted drop-in") < points.index("before file: remove earlier promotions' env files")
+    # the whole play commits (a restart on the promoted drop-in that adds an env file passes the check of what runs)
+    assert repromote["after the last step"]["module SIGKILL"].outcome == "the play"
+    assert repromote["after the last step"]["module SIGKILL"].ends_on == 1
+    assert _cells(rows, names[2])["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
+
+
+def test_the_model_refuses_a_unit_whose_mandatory_env_file_is_gone(tmp_path: Path) -> None:
+    """What the form exec rows rely on can fail: a promoted drop-in naming an env file that was removed."""
+    cm.install()
+    host = cm.Host(tmp_path, **cm._REAL)
+    try:
+        cm._earlier_promotion(host)
+        promo = cm._promotion(host, cm.EARLIER_FLAGS, cm.EARLIER_VARS, "run-0")
+        Path(promo["env_file"]).unlink()
+        host.fake.run(["systemctl", "restart", cm.UNIT])
+        assert host.fake.serving(cm.UNIT) is None
+        assert cm._exec_consistent(host) == []  # nothing runs: the end check's "serves neither" names it
+    finally:
+        host.close()
