@@ -58,6 +58,8 @@ PER_START = frozenset((
 # A build switch's own pin (llamacpp_activate keep_what_runs): its record and its dead-man own it, so the A/B's
 # restore and rollback.yml leave it to them.
 BUILD_PIN_NAME = "zy-llmfleet-specdec-build-ran.conf"
+# A unit file's redeploy (unit_deploy keep_what_runs): its record and its dead-man own it, written on the way back only.
+DEPLOY_PIN_NAME = "zy-llmfleet-specdec-deploy-ran.conf"
 
 # Differences (serving_unit_info's pending_changes) that make the pin keep the command line too.
 COMMAND_KINDS = ("command line", "build")

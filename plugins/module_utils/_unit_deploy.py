@@ -35,7 +35,7 @@ import shlex
 import stat
 from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman
+from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman, _pin
 from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import (
     EnvConfig,
     config_matches_environ,
@@ -163,6 +163,10 @@ def main():
         else:
             put_back(item["path"], item["before"], item["mode_before"])
     say("DEPLOY OF " + meta["unit"] + " NOT CONFIRMED: put back " + ", ".join(i["path"] for i in meta["files"]))
+    if meta.get("pin_text") and not os.path.exists(meta["pin"]):
+        # a deploy forced past a change pending on disk: the restart below starts what ran, not that change
+        os.makedirs(os.path.dirname(meta["pin"]), mode=0o700, exist_ok=True)
+        put_back(meta["pin"], meta["pin_text"], 0o600)
     before = subprocess.run(["systemctl", "show", meta["unit"], "-p", "MainPID", "--value"],
                             stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
     subprocess.call(["systemctl", "daemon-reload"])
@@ -183,6 +187,13 @@ def main():
             except Exception:
                 pass
         time.sleep(0.5)
+    if pid and meta.get("pin_text"):
+        # what ran answers: its pin goes, without a restart; the change pending on disk stays pending
+        try:
+            os.unlink(meta["pin"])
+        except FileNotFoundError:
+            pass
+        subprocess.call(["systemctl", "daemon-reload"])
     for path in (META, meta["script"]):
         try:
             os.unlink(path)
@@ -221,10 +232,11 @@ def timer_command(paths: DeployPaths, deadline_epoch: float, python: str, health
 class UnitDeploy:
     """Files of one unit: written plainly when it does not serve, else under the dead-man and health-checked."""
 
-    def __init__(self, vehicle: UnitOverride) -> None:
+    def __init__(self, vehicle: UnitOverride, keep_what_runs: bool = False) -> None:
         self.vehicle = vehicle
         self.sd = vehicle.sd
         self.check_mode = vehicle.check_mode
+        self.keep_what_runs = keep_what_runs  # O(keep_what_runs): the way back is what ran, not the pending change
 
     # ---------------------------------------------------------- facts
 
@@ -299,9 +311,14 @@ class UnitDeploy:
             else:
                 write_file(item["path"], item["before"], int(item["mode_before"]))
 
-    def restart_previous(self, unit: str, url_host: Tuple[str, int]) -> Dict[str, Any]:
+    def restart_previous(self, unit: str, url_host: Tuple[str, int], meta: Mapping[str, Any]) -> Dict[str, Any]:
+        """The previous files are back: the pin of what ran too (a forced deploy), the restart, then the pin goes."""
+        _pin.put_back([meta])
         self.sd.daemon_reload()
-        return self.vehicle.restart_and_wait(unit, *url_host)
+        health = self.vehicle.restart_and_wait(unit, *url_host)
+        if _pin.drop([meta]):
+            self.sd.daemon_reload()
+        return health
 
     def finish_interrupted(self, paths: DeployPaths) -> str | None:
         """A deploy that never finished left its record: its previous files go back first, production restarts."""
@@ -317,7 +334,7 @@ class UnitDeploy:
             return f"removed an unreadable deploy record {paths.meta}"
         self.put_back(meta)
         try:
-            self.restart_previous(paths.unit, (host, port))
+            self.restart_previous(paths.unit, (host, port), meta)
         except UnitOverrideError as exc:
             raise DeployError(f"PRODUCTION IS NOT HEALTHY: an interrupted deploy of {paths.unit} was undone (its "
                               f"previous files are back) but {exc}; the dead-man {paths.timer} stays armed",
@@ -365,6 +382,11 @@ class UnitDeploy:
         meta = {"unit": unit, "host": host_before, "port": port_before, "url": health_url(host_before, port_before),
                 "health_timeout": self.vehicle.health_timeout,
                 "files": [{"path": c.path, "before": c.before, "mode_before": c.mode_before} for c in changed]}
+        pin = self.what_ran(unit, info)
+        if pin:  # read before any change; only the way back writes it
+            meta.update(pin=os.path.join(override_paths(unit, self.vehicle.run_dir).dropin_dir, _pin.DEPLOY_PIN_NAME),
+                        pin_text=pin)
+            result["kept_for_way_back"] = True
         self.arm(paths, meta, rollback_after)
         try:
             for change in changed:
@@ -384,13 +406,20 @@ class UnitDeploy:
         result.update(health, restarted=True)
         return result
 
+    def what_ran(self, unit: str, info: Mapping[str, str]) -> str | None:
+        """With keep_what_runs, past a change pending on disk: the pin of what runs (``_pin``), else None."""
+        if not self.keep_what_runs:
+            return None
+        return _pin.needed(override_paths(unit, self.vehicle.run_dir), info, self.vehicle.run, self.vehicle.proc.proc,
+                           self.vehicle.run_dir)
+
     def roll_back(self, paths: DeployPaths, meta: Mapping[str, Any], exc: UnitOverrideError) -> DeployError:
         """The new files did not serve: the previous ones back, the unit restarted on them and checked."""
         journal = list(exc.details.get("journal") or self.sd.journal(paths.unit, None, 20))
         tail = journal_tail(f"{paths.unit} (the new files)", journal)
         self.put_back(meta)
         try:
-            health = self.restart_previous(paths.unit, (meta["host"], int(meta["port"])))
+            health = self.restart_previous(paths.unit, (meta["host"], int(meta["port"])), meta)
         except UnitOverrideError as back:
             return DeployError(
                 f"the redeploy of {paths.unit} did not serve: {exc}. Its previous files are back, but PRODUCTION IS NOT "
@@ -446,7 +475,7 @@ def run_unit_deploy(params: Mapping[str, Any], *, run: Any, check_mode: bool, py
         python = rollback_interpreter(python)
     vehicle = UnitOverride(run=run, check_mode=check_mode, python=python, health_timeout=health_timeout,
                            port_timeout=port_timeout)
-    return UnitDeploy(vehicle).deploy(unit, files, rollback_after)
+    return UnitDeploy(vehicle, keep_what_runs=bool(params.get("keep_what_runs"))).deploy(unit, files, rollback_after)
 
 
 def _mode(value: Any, path: Any) -> int:

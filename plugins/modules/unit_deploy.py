@@ -67,6 +67,19 @@ options:
       process; then the task fails naming it, with nothing changed.
     type: int
     default: 30
+  keep_what_runs:
+    description:
+      - For a redeploy forced past a change pending on disk (the unit's running process differs from what a restart
+        would start, as C(serving_unit_info) reports it). Before any change, what production runs (its environment,
+        and its command line and binary when those differ too, read from C(/proc)) is kept in the deploy's record.
+        Every way back (this module's rollback, its dead-man timer, the undo of an interrupted deploy) puts the
+        previous files back and that pin as the runtime drop-in
+        C(/run/systemd/system/<unit>.d/zy-llmfleet-specdec-deploy-ran.conf), restarts on it, and removes it once
+        production answered, so the pending change stays pending on disk and is not what comes back.
+      - The new files are tried without it. Nothing is kept when nothing is pending.
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - llmfleet.specdec.attributes
 attributes:
@@ -126,6 +139,10 @@ url:
   description: The health URL checked.
   returned: when restarted
   type: str
+kept_for_way_back:
+  description: O(keep_what_runs) kept what ran in the deploy's record (a change was pending on disk).
+  returned: when it did
+  type: bool
 notes:
   description: An interrupted deploy undone first.
   returned: always
@@ -163,6 +180,7 @@ ARGUMENT_SPEC = dict(
     )),
     rollback_after=dict(type="int", required=True),
     health_timeout=dict(type="int", default=120),
+    keep_what_runs=dict(type="bool", default=False),
     port_timeout=dict(type="int", default=30),
 )
 

@@ -420,9 +420,9 @@ def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool, forced: bo
     return play
 
 
-def _unit_file_play(new_unit: Dict[str, str], new_vars: Dict[str, str]) -> Callable[[Host], None]:
+def _unit_file_play(new_unit: Dict[str, str], new_vars: Dict[str, str], keep: bool = False) -> Callable[[Host], None]:
     """Roles llamacpp_serve / vllm_serve redeploying a changed unit file, launcher and env file (module
-    unit_deploy under the unit's lock)."""
+    unit_deploy under the unit's lock); ``keep``: forced past a pending change (keep_what_runs)."""
     def play(host: Host) -> None:
         unit_file = Path(host.fake.state()["units"][UNIT]["unit_file"])
         env_path = _env_path(host)
@@ -436,7 +436,8 @@ def _unit_file_play(new_unit: Dict[str, str], new_vars: Dict[str, str]) -> Calla
         host.task("ab_lock state=present", lambda: host.lock("deploy-1"))
         error: Optional[UnitOverrideError] = None
         try:
-            host.task("unit_deploy", lambda: UnitDeploy(host.manager()).deploy(UNIT, files, ROLLBACK_AFTER))
+            host.task("unit_deploy", lambda: UnitDeploy(host.manager(), keep_what_runs=keep).deploy(UNIT, files,
+                                                                                                    ROLLBACK_AFTER))
         except UnitOverrideError as exc:
             error = exc
         host.task("ab_lock state=absent", lambda: host.unlock("deploy-1"))
@@ -1036,6 +1037,11 @@ START_STATES += [
                "committed with the winner once both answered; before that the way back is what ran)", _hand_edited_ok,
                _checked(True, _vehicle_play(PROMOTED, "promote-1", record=True, forced=True)), tasks=True,
                pending_start=True, host=_REAL),
+    MatrixPath(f"disk differs from what runs: deploy.yml (a changed unit file and launcher) after a hand edit that cannot "
+               f"start, {_FORCED} (unit_deploy keep_what_runs: its way back restarts what ran)",
+               lambda h: (_with_launcher(h), _hand_edited(h)),
+               _checked(True, _unit_file_play(NEW_UNIT, PROMOTED, keep=True)), tasks=True, expect_failure=True,
+               pending_start=True, host=_REAL, check=_unit_files_back(False)),
     MatrixPath(f"disk differs from what runs: deploy.yml (a changed env file, rendered anew) after a hand edit, {_FORCED} "
                "(the new file is tried; the way back is what ran)", _hand_edited_deploy,
                _checked(True, _vehicle_play(PROMOTED, "deploy-1", record=False, forced=True, rendered=True)), tasks=True,
@@ -1459,7 +1465,9 @@ promote.yml and an env file's redeploy, forced, commit the pending change with t
 ran is kept only in the dead-man's script); every way back before production answered on the committed file (the
 trial's own restore, the dead-man, `rollback.yml`, the play's rescue) restarts what ran. Forced after an edit that
 cannot start, the trial fails and what ran comes back; after an edit that starts, both are committed, and a cut
-after the commit may leave that verified change on disk for the next restart, with what ran running.
+after the commit may leave that verified change on disk for the next restart, with what ran running. A unit file's
+redeploy, forced (`unit_deploy keep_what_runs`), keeps what ran in its record: its rollback, its dead-man and an
+interrupted deploy's undo put the previous files back with that pin (`zy-llmfleet-specdec-deploy-ran.conf`).
 
 **A hand-written unit's promotion** (form exec, `playbooks/tasks/promote_exec.yml`; a first one, one over an
 earlier promotion, and one whose command line cannot start): the winner's command line as an override under the

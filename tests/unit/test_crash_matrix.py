@@ -342,8 +342,10 @@ def test_a_local_controller_killed_during_a_redeploy_keeps_its_lock_while_the_de
 
 
 FORCED_VEHICLE = [p.name for p in cm.START_STATES if p.name.startswith((
-    "disk differs from what runs: promote.yml after a hand edit that", "disk differs from what runs: deploy.yml"))
+    "disk differs from what runs: promote.yml after a hand edit that", "disk differs from what runs: deploy.yml (a "
+    "changed env file"))
     and "specdec_force=true" in p.name]
+FORCED_UNIT_FILE = next(p.name for p in cm.START_STATES if "(a changed unit file and launcher)" in p.name)
 
 
 def test_a_forced_promotion_or_redeploy_tries_the_pending_change_and_falls_back_to_what_ran(rows: List[Any]) -> None:
@@ -430,3 +432,18 @@ def test_the_model_refuses_a_unit_whose_mandatory_env_file_is_gone(tmp_path: Pat
         assert cm._exec_consistent(host) == []  # nothing runs: the end check's "serves neither" names it
     finally:
         host.close()
+
+
+def test_a_forced_unit_file_redeploy_restarts_what_ran_on_every_way_back(rows: List[Any]) -> None:
+    """unit_deploy keep_what_runs past a hand edit that cannot start: the new files (which carry the edit) fail; the
+    module's rollback, its dead-man and an interrupted deploy's undo put the previous files back with the pin of what
+    ran, restart on it and remove it; the edit stays pending on disk (the matrix's end check)."""
+    cells = _cells(rows, FORCED_UNIT_FILE)
+    assert not [(point, c.problems) for point, by in cells.items() for c in by.values() if c.problems]
+    points = list(cells)
+    assert points.index("before systemctl restart llama-server") < points.index(
+        "before write zy-llmfleet-specdec-deploy-ran.conf") < points.index("before remove zy-llmfleet-specdec-deploy-ran.conf")
+    # the dead-man's script alone puts the pin back (a module killed while it serves the new files)
+    assert cells["before write zy-llmfleet-specdec-deploy-ran.conf"]["module SIGKILL"].outcome == \
+        "the deploy's dead-man timer"
+    assert cells["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
