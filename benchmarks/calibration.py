@@ -214,6 +214,16 @@ def beds(threads: int) -> dict[str, dict[str, Any]]:
             "sizes": {"prose": {"chars": 600, "n_predict": 32}, "identity": {"n_predict": 24}},
             "configs": {"baseline": {}, **{f"twin{i}": {"env": {"SPECDEC_TWIN": str(i)}} for i in range(1, 5)}},
         },
+        # production itself speculative (the tiny draft at depth 4), its twins the same config with a harmless env
+        # difference: eligible candidates (a speculative config is recommendable), so a WIN among them is a false
+        # recommendation as the role would promote it
+        "eligible": {
+            "target": tiny / "target.gguf", "threads": ["-t", "1"], "shapes": ["prose", "identity"],
+            "sizes": {"prose": {"chars": 600, "n_predict": 32}, "identity": {"n_predict": 24}},
+            "configs": {"baseline": draft_config(tiny / "draft.gguf", 4),
+                        **{f"draft-twin{i}": draft_config(tiny / "draft.gguf", 4, env={"SPECDEC_TWIN": str(i)})
+                           for i in range(1, 5)}},
+        },
         "win": {
             # short prompts and outputs: a request on this bed costs seconds on a shared 2-core machine
             "target": win / "target-win.gguf", "threads": ["-t", str(threads)], "shapes": ["prose", "structured"],
@@ -229,10 +239,11 @@ def beds(threads: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def draft_config(draft: Path, k: int, extra: list[str] | None = None) -> dict[str, Any]:
+def draft_config(draft: Path, k: int, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> dict[str, Any]:
     """draft-simple at depth k; server_config says the same in the env names the A/B role would write."""
     return {"args": ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(k), *(extra or [])],
-            "chain": ["draft-simple"], "k": k,
+            "chain": ["draft-simple"], "k": k, **({"env": env} if env else {}),
             "server_config": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": str(draft),
                               "LLAMA_ARG_SPEC_DRAFT_N_MAX": str(k)}}
 
@@ -286,12 +297,14 @@ def role_run(bed: dict[str, Any], *, max_rounds: int, prompts: int, seed: int, s
 
 def judge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run: false WINs among the twins, the picks, the starts, the pooled noise of the confirmatory endpoint."""
-    out = {"runs": len(runs), "false_win_runs": 0, "starts": 0, "noise": [], "verdicts": {}, "picks": {}}
+    out = {"runs": len(runs), "false_win_runs": 0, "false_recommendation_runs": 0, "starts": 0, "noise": [],
+           "verdicts": {}, "picks": {}}
     for run in runs:
         judged = _judge.judge(run, n_boot=100)
         conf = judged["confirmatory"]
-        twins = [n for n in conf["verdicts"] if n.startswith("twin")]
+        twins = [n for n in conf["verdicts"] if "twin" in n]  # null twins: negative controls or eligible ones
         out["false_win_runs"] += any(conf["verdicts"][n]["verdict"] == _design.WIN for n in twins)
+        out["false_recommendation_runs"] += (judged["recommendation"].get("config") or "baseline") in twins
         out["starts"] += len(run["entries"])
         noise = [look.get("noise") for look in conf["looks"] if look.get("noise") is not None]
         if noise:
@@ -308,15 +321,23 @@ def print_real(bed: str, summary: dict[str, Any], seconds: float) -> None:
     n = summary["runs"]
     noise = summary["noise"]
     mean_noise = sum(noise) / len(noise) if noise else None
+    def rate(hits: int) -> str:
+        low, high = _design.rate_interval(hits, n)
+        return f"{hits} of {n} runs ({100 * hits / max(n, 1):.1f} %, 95 % interval [{100 * low:.1f}, {100 * high:.1f}] %)"
+
     print(f"\n{bed} bed on the role's schedule: {n} runs, {summary['starts']} server starts "
           f"({summary['starts'] / max(n, 1):.1f} per run), {seconds:.0f} s; family-wise false WIN among the twins in "
-          f"{summary['false_win_runs']} of {n} runs; pooled start-to-start noise of the endpoint "
+          f"{rate(summary['false_win_runs'])}; a twin recommended in "
+          f"{rate(summary.get('false_recommendation_runs', 0))}; pooled start-to-start noise of the endpoint "
           + (f"{100 * mean_noise:.1f} % on average (per run: {', '.join(f'{100 * x:.1f}' for x in noise)} %)"
              if noise else "not estimated"))
-    print("| config | " + " | ".join(_design.VERDICTS) + " |")
-    print("| --- |" + " --- |" * len(_design.VERDICTS))
+    print("| config | " + " | ".join(_design.VERDICTS) + " | WIN rate [95 % interval] |")
+    print("| --- |" + " --- |" * (len(_design.VERDICTS) + 1))
     for name, counts in summary["verdicts"].items():
-        print(f"| {name} | " + " | ".join(str(counts.get(v, 0)) for v in _design.VERDICTS) + " |")
+        wins, total = counts.get(_design.WIN, 0), sum(counts.values())
+        low, high = _design.rate_interval(wins, total)
+        print(f"| {name} | " + " | ".join(str(counts.get(v, 0)) for v in _design.VERDICTS)
+              + f" | {100 * wins / max(total, 1):.1f} % [{100 * low:.1f}, {100 * high:.1f}] |")
     print(f"recommendations: {summary['picks']}")
 
 
@@ -345,6 +366,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--noise-sigma", type=float, default=0.05, help="the steady configs' start SD there")
     ap.add_argument("--max-rounds", type=int, default=_design.MAX_ROUNDS)
     ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
+    ap.add_argument("--eligible-runs", type=int, default=0,
+                    help="real runs on the tiny bed with production speculative and 4 eligible null twins (a false "
+                         "recommendation is counted); 0 skips")
     ap.add_argument("--win-runs", type=int, default=2, help="real runs on the win bed; 0 skips")
     ap.add_argument("--prompts", type=int, default=2, help="prompts per shape per server start")
     ap.add_argument("--first-seed", type=int, default=0, help="seed of the first real run (to add runs to a saved set)")
@@ -377,7 +401,7 @@ def main(argv: list[str]) -> int:
             print_prediction(saved["prediction"])
         return 0
 
-    saved: dict[str, Any] = {"args": vars(args), "runs": {"tiny": [], "win": []}}
+    saved: dict[str, Any] = {"args": vars(args), "runs": {"tiny": [], "eligible": [], "win": []}}
 
     def save() -> None:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
@@ -392,7 +416,7 @@ def main(argv: list[str]) -> int:
         saved["noise"] = simulate_noise(args.noise_runs, args.noise_sigma, args.max_rounds)
         save()
         print_noise(saved["noise"], args.max_rounds)
-    if args.tiny_runs or args.win_runs or args.predict_rounds:
+    if args.tiny_runs or args.eligible_runs or args.win_runs or args.predict_rounds:
         from testbed import models
 
         models.write_win_set(CACHE / "win-models")
@@ -406,13 +430,13 @@ def main(argv: list[str]) -> int:
         print(f"\nprediction against measurement on the win bed ({time.monotonic() - t0:.0f} s; verification and the "
               f"drafter's prefill measured within their own starts):")
         print_prediction(saved["prediction"])
-    for bed, count in (("tiny", args.tiny_runs), ("win", args.win_runs)):
+    for bed, count in (("tiny", args.tiny_runs), ("eligible", args.eligible_runs), ("win", args.win_runs)):
         if not count:
             continue
         t0 = time.monotonic()
         for i in range(count):
             saved["runs"][bed].append(role_run(bed_defs[bed], max_rounds=args.max_rounds, prompts=args.prompts,
-                                               seed=1000 * (bed == "win") + args.first_seed + i))
+                                               seed={"win": 1000, "eligible": 2000}.get(bed, 0) + args.first_seed + i))
             print(f"{bed} run {i + 1}: {len(saved['runs'][bed][-1]['entries'])} starts", file=sys.stderr, flush=True)
             save()
         print_real(bed, judge_runs(saved["runs"][bed]), time.monotonic() - t0)
