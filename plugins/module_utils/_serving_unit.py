@@ -427,15 +427,39 @@ def armed_endpoint(unit: str, run_dir: str = "/run") -> Tuple[str, int] | None:
 
 
 def wrapper_endpoint(unit: str, run: Runner, env: Mapping[str, str], *, proc: str = "/proc",
-                     run_dir: str = "/run") -> Tuple[str, int] | None:
-    """Where a wrapper unit's server answers with ``env`` (a candidate's) over what it sees now; None for other
-    units or one that cannot be read."""
+                     run_dir: str = "/run", candidate: Mapping[str, str | None] | None = None) -> Tuple[str, int] | None:
+    """Where a candidate given as variables only answers, on a unit whose server is behind a wrapper or on its own
+    command line (form exec, kind direct or prefixed): ``env`` (production's with the candidate's) over what the
+    server sees now, its command line's --host/--port outranking them. None for the collection's launchers and a
+    unit that cannot be read. With ``candidate`` (its own variables), a UnitReadError naming the flag when the
+    server's command line outranks one of them (it would be silently ignored) or the unit runs a container (the
+    unit's variables do not reach its server): nothing has been written then."""
     try:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
-        if live.get("kind") != "wrapper":
-            return None
-        names = ("LLAMA_ARG_HOST", "LLAMA_ARG_PORT")
-        seen = dict(live["server_env"], **{k: v for k, v in env.items() if k in names})
+    except SpecdecError:
+        return None
+    kind = live.get("kind")
+    if kind not in ("wrapper", "direct", "prefixed", "container"):
+        return None
+    server_vars = [n for n in candidate or {} if n.startswith(("LLAMA_ARG_", "VLLM_"))]
+    if kind == "container":
+        if server_vars:
+            raise UnitReadError(f"{unit} runs its server in a container ({(live.get('argv') or ['?'])[0]} run): the "
+                                f"unit's variables ({', '.join(server_vars)}) do not reach it; give the candidate as "
+                                "exec_start (role llmfleet.specdec.spec_ab renders it with -e options); nothing was "
+                                "written")
+        return None
+    where = ("the server's command line (its wrapper writes it)" if kind == "wrapper" else
+             f"{unit}'s ExecStart= line")
+    fix = ("remove it from the wrapper" if kind == "wrapper" else
+           "give the candidate as exec_start, its whole command line with the flag changed (role "
+           "llmfleet.specdec.spec_ab renders it)")
+    for hit in uc.outranked(live.get("server_args") or [], [], dict(candidate or {}), "candidate")[:1]:
+        raise UnitReadError(f"{unit}: the candidate's {hit['setting']} would never reach the server: {where} has "
+                            f"{hit['flag']}, which llama-server reads after its variables; {fix}; nothing was written")
+    names = ("LLAMA_ARG_HOST", "LLAMA_ARG_PORT")
+    seen = dict(live["server_env"], **{k: v for k, v in env.items() if k in names})
+    try:
         return uc.endpoint(dict(live, server_env=seen), unit)
     except SpecdecError:
         return None

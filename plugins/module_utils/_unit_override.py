@@ -149,8 +149,7 @@ def plan_present(files_match: bool, serving_candidate: bool, timer_armed: bool, 
 # ------------------------------------------------------------------ HTTP
 
 
-# The health probe: the collection's one HTTP client, no proxy, no redirect (``_http.probe``; the dead-man script
-# keeps its own few lines of urllib: it runs standalone under systemd, without this collection).
+# The health probe: the collection's one HTTP client, no proxy, no redirect (the dead-man script has its own urllib).
 http_get = probe
 
 
@@ -375,9 +374,10 @@ class UnitOverride:
                     unit, self.run, effective_env(base, config), exec_start.argv, proc=self.proc.proc, run_dir=self.run_dir)
             except SpecdecError as exc:
                 raise UnitOverrideError(f"{exc}; nothing was written") from None
-        else:  # a wrapper's server answers where its own command line says
-            host, port = live_unit.wrapper_endpoint(unit, self.run, effective_env(base, config), proc=self.proc.proc,
-                                                    run_dir=self.run_dir) or endpoint_of(effective_env(base, config), unit)
+        else:  # a server behind a wrapper or on the unit's own line answers where its command line says
+            env_now, own = effective_env(base, config), dict(config.assignments, **dict.fromkeys(config.unset))
+            host, port = (live_unit.wrapper_endpoint(unit, self.run, env_now, proc=self.proc.proc, run_dir=self.run_dir,
+                                                     candidate=own) or endpoint_of(env_now, unit))
             prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()

@@ -56,6 +56,10 @@ description:
     is read with M(llmfleet.specdec.serving_unit_info)'s reading for its endpoint, and a unit with a drop-in that
     sorts after this one and sets C(ExecStart=) is refused before anything is written. The restore side is the same
     as for an env candidate, the whole drop-in goes.
+  - Without O(exec_start), on a unit whose server runs on its own C(ExecStart=) line (directly or behind C(env),
+    C(nice), C(taskset) or C(numactl)) or behind a wrapper, the candidate answers where that command line says, and
+    a variable it outranks (its flag is on the server's command line, which llama-server reads after its variables)
+    is refused before anything is written, naming the flag; give such a candidate as O(exec_start).
   - Values are validated before anything is armed or written. Each value is written so that systemd hands the
     process exactly that value (quoted by systemd's C(EnvironmentFile=) rules), so backslashes, quotes, C($),
     C(#), spaces and newlines arrive unchanged. A value no environment can hold (a NUL byte, text that is not

@@ -91,6 +91,32 @@ def test_the_candidates_endpoint_comes_from_its_command_line(tmp_path: Path) -> 
     assert manager.production_endpoint(paths, {"LLAMA_ARG_PORT": "9999"}) == ("127.0.0.1", 8080)
 
 
+def test_variables_alone_on_a_unit_whose_line_runs_the_server_answer_on_its_port(tmp_path: Path) -> None:
+    # found on real systemd (molecule/units): the health wait looked at the env's default port 8080, not the
+    # --port of the unit's own line, and the candidate never counted as healthy
+    moved = [LLAMA, "-m", "/srv/t.gguf", "--spec-draft-n-max", "3", "--port", "8094"]
+    host = _hand_written(tmp_path)
+    Path(host.units["llama-server.service"]["FragmentPath"]).write_text("[Service]\nExecStart=" + " ".join(moved) + "\n")
+    manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "cmdline": moved}}, check_mode=True)
+    result = manager.present("llama-server.service", envfile.EnvConfig((("GGML_SCHED_MAX_COPIES", "1"),), ()), None)
+    assert result["port"] == 8094 and result["url"] == "http://127.0.0.1:8094/health"
+
+
+@pytest.mark.parametrize("config", [
+    envfile.EnvConfig((("LLAMA_ARG_SPEC_DRAFT_N_MAX", "1"),), ()),
+    envfile.EnvConfig((), ("LLAMA_ARG_SPEC_DRAFT_N_MAX",)),
+])
+def test_a_variable_the_units_line_outranks_is_refused_before_anything_is_written(
+        tmp_path: Path, config: envfile.EnvConfig) -> None:
+    host = _hand_written(tmp_path)
+    manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "cmdline": PRODUCTION}})
+    with pytest.raises(SpecdecError, match=r"llama-server\.service: the candidate's LLAMA_ARG_SPEC_DRAFT_N_MAX would "
+                                           r"never reach the server: llama-server\.service's ExecStart= line has "
+                                           r"--spec-draft-n-max.*give the candidate as exec_start.*nothing was written"):
+        manager.present("llama-server.service", config, 600)
+    assert host.changing_calls() == [] and not (tmp_path / "run" / "systemd").exists()
+
+
 @pytest.mark.parametrize("argv, prefix, match", [
     ([], "", "non-empty list"),
     (["relative/../x y"], "", "plain path"),
