@@ -29,7 +29,10 @@ server, as ``unit_override`` restarts the unit, and measures with spec_bench's c
 The tiny bed runs 4 null twins beside the baseline (family-wise false WIN per run, and the pooled start-to-start
 noise the simulation assumes); the win bed a draft at depth 4 (a true ~1.4-2x) and the same server slowed by a
 second thread on a shared machine (a true effect below 1); the prediction run times the verification of K + 1
-tokens within the baseline's own start and the drafter probe's, for draft-simple at K 2, 4 and 8.
+tokens within the baseline's own start and the drafter probe's, for draft-simple at K 2, 4 and 8. The eligible bed
+(``--eligible-runs``) makes production itself speculative (the tiny draft at depth 4) and its four null twins the
+same config with a harmless env difference: eligible candidates, so a twin recommended is a false recommendation as
+``promote.yml`` would act on it. Every real-bed rate is printed with its 95 % Clopper-Pearson interval.
 
 Run: make benchmark-calibration   (needs the llama-server build; writes the win bed once into the cache)
      python benchmarks/calibration.py --sim-runs 2000 --tiny-runs 0 --win-runs 0 --predict-rounds 0
