@@ -50,6 +50,11 @@ def served(target: Path, threads: str, args: list[str], conts: list[dict]) -> di
     """A server with the config loaded, sent the same prompt tokens: its counters and its decode rate."""
     with LlamaServer(target, args=["-t", threads, "--metrics", *args], log_dir=tempfile.mkdtemp()) as server:
         client = Endpoint(server.url, timeout=600)
+        # one request first, not counted, as the A/B warms every start up (warmup: 1): the first request of a fresh
+        # server pays one-time costs (its buffers, the draft context's first graphs) that production, screened while
+        # warm, does not show. Its text shares nothing with the measured prompts (ngram-mod keeps its table).
+        client._json("POST", "/completion", {"prompt": "Warm-up: 7 9 13 quartz vexing jumbo.", "n_predict": 8,
+                                             "temperature": 0.0, "cache_prompt": False})
         before = client.spec_counters()
         rates = []
         for cont in conts:

@@ -31,8 +31,8 @@ description:
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
   - The prediction counts the verification batch and the drafter's steps, the parts requests can time. On a target
     whose step is mostly fixed cost per call (a tiny model, well under a millisecond a token) the server's own
-    bookkeeping per drafted token is not in it and the rate is over-predicted (1.4-1.8x on the project's tiny test
-    bed, 1.0-1.25x on its memory-bound one). That errs toward sending a candidate to the confirming A/B, never toward
+    work per drafted token is not all in it and the rate is over-predicted (1.1-2.2x on the project's tiny test bed,
+    1.0-1.2x on its memory-bound one). That errs toward sending a candidate to the confirming A/B, never toward
     screening out a winner.
 options:
   endpoint:
