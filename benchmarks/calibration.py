@@ -324,6 +324,7 @@ def print_real(bed: str, summary: dict[str, Any], seconds: float) -> None:
     n = summary["runs"]
     noise = summary["noise"]
     mean_noise = sum(noise) / len(noise) if noise else None
+
     def rate(hits: int) -> str:
         low, high = _design.rate_interval(hits, n)
         return f"{hits} of {n} runs ({100 * hits / max(n, 1):.1f} %, 95 % interval [{100 * low:.1f}, {100 * high:.1f}] %)"
