@@ -48,6 +48,29 @@ def test_every_setting_of_the_variable_page_and_the_roles_is_known() -> None:
     assert var_notes(page | defaults) == [n for n in var_notes(page | defaults) if "deprecated" in n]
 
 
+def test_the_example_inventory_spells_each_a_b_setting_as_the_variable_page_does() -> None:
+    """The inventory an operator copies uses the page's names (specdec_ab_*), not the roles' own spelling of the same
+    setting (spec_ab_*, spec_preflight_*), nor an older name."""
+    import re
+
+    import yaml
+
+    page = set(re.findall(r"^\| `([a-z0-9_]+)`", (ROOT / "docs" / "variables.md").read_text(), re.M))
+    given = set()
+    for path in (ROOT / "inventory").rglob("*.yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+        stack = [data]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                given.update(k for k in node if isinstance(k, str))
+                stack.extend(node.values())
+    assert {"specdec_ab_health_timeout", "specdec_ab_rollback_after", "specdec_configs"} <= given & page
+    roles_spelling = sorted(n for n in given if n.startswith(("spec_ab_", "spec_preflight_")))
+    assert roles_spelling == [], [(n, "specdec_" + n.split("_", 1)[1].replace("preflight_", "")) for n in roles_spelling]
+    assert sorted(given & set(DEPRECATED)) == []
+
+
 def test_the_play_warns_in_check_mode_and_goes_on(tmp_path: Path) -> None:
     """spec-ab.yml --check with a misspelt and an older name: both warned by the first play, which then goes on."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
