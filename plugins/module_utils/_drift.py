@@ -111,6 +111,14 @@ def promoted_env(evidence: Mapping[str, Any]) -> Dict[str, str]:
     return {str(k): str(v) for k, v in env.items()}
 
 
+def server_part(promoted: Mapping[str, str], evidence: Mapping[str, Any]) -> Dict[str, str]:
+    """A wrapper's promoted env without what its process got from systemd and its shell on that start
+    (``INVOCATION_ID``, ``JOURNAL_STREAM``, ``PWD`` and the like, which a wrapper's rendering read from ``/proc``):
+    the server's own variables and those the promoted config sets."""
+    override = (promoted_config(evidence).get("rendering") or {}).get("override") or {}
+    return {k: v for k, v in promoted.items() if k.startswith(WATCHED_PREFIXES) or k in override}
+
+
 def promoted_model_env(evidence: Mapping[str, Any]) -> Dict[str, str]:
     """The env whose model variables name the promoted config's model files: its rendering's effective env (a
     hand-written unit's command line as LLAMA_ARG_*, ``-m`` included) when the report kept one, else its env."""

@@ -126,6 +126,7 @@ class UnitView:
         self.run = run
         self.systemctl = Systemctl(run)
         self.proc = ProcView(proc)
+        self._unit: Optional[Dict[str, Any]] = None
         props = ("MainPID", "ActiveState", "ExecMainStartTimestamp")
         self.show = self.systemctl.show(self.unit, props)
         raw = parse_show(self.systemctl.must(["systemctl", "show", self.unit, "-p", "EnvironmentFiles",
@@ -149,18 +150,42 @@ class UnitView:
         except OSError:
             return None
 
-    def environ(self) -> Optional[Dict[str, str]]:
-        return self.proc.environ(self.pid) if self.pid else None
+    def _read(self) -> Dict[str, Any]:
+        if self._unit is None:
+            try:
+                self._unit = dict(read_unit(self.unit, self.run, proc=self.proc.proc))
+            except SpecdecError:
+                self._unit = {}
+        return self._unit
 
-    def pending_env(self) -> Dict[str, str]:
+    @property
+    def wrapper(self) -> bool:
+        return self._read().get("kind") == "wrapper"
+
+    def environ(self) -> Optional[Dict[str, str]]:
+        """The server's environment: its MainPID's, or for a wrapper that keeps the server as its child, the
+        server process's (``_unit_wrapper``)."""
+        wrapper = self._read().get("wrapper") or {}
+        pid = int(wrapper.get("pid") or 0) or self.pid
+        return self.proc.environ(pid) if pid else None
+
+    def pending_env(self, promoted: Sequence[str] = ()) -> Dict[str, str]:
         """The env the unit's next start gets, in systemd's order and parsing: its Environment=, EnvironmentFile=s
-        and UnsetEnvironment= (``_serving_unit``'s reading), else, for a unit that reading refuses, its env files."""
-        try:
-            unit = read_unit(self.unit, self.run, proc=self.proc.proc)
-        except SpecdecError:
-            unit = {}
+        and UnsetEnvironment= (``_serving_unit``'s reading), with what a wrapper sets itself as it runs now (not
+        the ``promoted`` config's variables, which the preflight never let a wrapper set: there a server that
+        differs from the unit's files is a change pending on disk); else, for a unit that reading refuses, its
+        env files."""
+        unit = self._read()
         if unit.get("installed"):
-            return dict(unit["env"])
+            env = dict(unit["env"])
+            for name, value in ((unit.get("wrapper") or {}).get("set_by_wrapper") or {}).items():
+                if name in promoted:
+                    continue
+                if value is None:
+                    env.pop(name, None)
+                else:
+                    env[name] = value
+            return env
         return read_env_files([path for path, _ignore in self.env_files])
 
 
@@ -273,7 +298,11 @@ def watch(params: Mapping[str, Any], run: Runner, *, sleep: Callable[[float], No
         result["summary"] = drift.summary_line(host, findings, evidence["config"])
         return result
     live_env = view.environ()
-    findings += drift.compare_live(promoted, live_env, view.pending_env(), view.unit, [p for p, _dummy in view.env_files])
+    own: List[str] = []
+    if view.wrapper:
+        promoted = drift.server_part(promoted, evidence)
+        own = list((drift.promoted_config(evidence).get("rendering") or {}).get("override") or {})
+    findings += drift.compare_live(promoted, live_env, view.pending_env(own), view.unit, [p for p, _dummy in view.env_files])
     result["live"] = {"pid": view.pid, "started": view.show.get("ExecMainStartTimestamp"),
                       "model_paths": drift.model_paths(live_env or {})}
 

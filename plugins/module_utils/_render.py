@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags, _unit_wrapper
@@ -369,11 +369,14 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
     """A form ``exec`` winner as a persistent drop-in (``es.PROMOTED_DROPIN``): its measured command line, and its
     remaining variables in an env file the drop-in adds last (as the A/B's transient drop-in did). Refused when
     the run's rendering is not form exec, or production's command line changed since the run measured it
-    (``force`` takes it anyway)."""
+    (``force`` takes it anyway). A wrapper unit (kind ``wrapper``) gets its winner's variables alone
+    (``_wrapper_promotion``)."""
     configs = {c.get("name"): c for c in report.get("configs") or []}
     run = report.get("run_id")
     unit = str(live.get("unit") or "the unit")
     rendering = (configs.get(winner) or {}).get("rendering") or {}
+    if live.get("kind") == "wrapper":
+        return _wrapper_promotion(report, winner, live, rendering, table, force, env_dir)
     if rendering.get("form") != "exec" or not rendering.get("exec_start"):
         raise RenderError(f"{unit} runs its own command line (form exec), but run {run} measured {winner!r} in form "
                           f"{rendering.get('form') or 'env'}: re-run the A/B against this unit, then promote")
@@ -386,6 +389,48 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
         raise RenderError(f"{unit}'s command line changed since run {run} measured it (measured: {' '.join(measured)}; "
                           f"now: {' '.join(now)}); re-run the A/B, or set specdec_promote_force=true to install the "
                           "measured command line over the change")
+    lines, env_path, env_text = _promoted_env(rendering, winner, unit, run, table, env_dir)
+    try:
+        command = es.check_exec_start(winner_argv, rendering.get("exec_prefix") or "")
+        lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
+    except (SpecdecError, EnvFileError) as exc:
+        raise RenderError(str(exc)) from None
+    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+            "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
+            "exec_start": winner_argv, "measured_production": measured, "kind": "exec", "env": {}}
+
+
+def _wrapper_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], rendering: Mapping[str, Any],
+                       table: Sequence[str], force: bool, env_dir: str) -> Dict[str, Any]:
+    """A wrapper unit's winner (form env, kind ``wrapper``) as the persistent drop-in: the winner's variables in an
+    env file it adds (and ``UnsetEnvironment=``), the unit's ``ExecStart=`` untouched - the wrapper passes them on
+    as the A/B's transient drop-in did. Refused when the run measured another form, or the server's real command
+    line (from its process) changed since the run (``force`` takes it anyway)."""
+    run = report.get("run_id")
+    unit = str(live.get("unit") or "the unit")
+    if rendering.get("form") != "env" or rendering.get("exec_start"):
+        raise RenderError(f"{unit} starts its server through a wrapper (form env), but run {run} measured {winner!r} "
+                          f"in form {rendering.get('form') or '?'}: re-run the A/B against this unit, then promote")
+    if not rendering.get("override"):
+        raise RenderError(f"{winner!r} of run {run} is production itself (it sets no variable): nothing to promote")
+    configs = {c.get("name"): c for c in report.get("configs") or []}
+    measured = list(((configs.get(report.get("baseline")) or {}).get("rendering") or {}).get("argv") or [])
+    now = list(live.get("server_args") or [])
+    if measured and now != measured and not force:
+        raise RenderError(f"{unit}'s server runs another command line than run {run} measured (measured: "
+                          f"{' '.join(measured)}; now: {' '.join(now)}); re-run the A/B, or set "
+                          "specdec_promote_force=true to promote the measured variables over the change")
+    lines, env_path, env_text = _promoted_env(rendering, winner, unit, run, table, env_dir)
+    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+            "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
+            "exec_start": None, "measured_production": measured, "kind": "wrapper",
+            "env": {k: v for k, v in rendering["override"].items() if v is not None},
+            "unset": sorted(k for k, v in rendering["override"].items() if v is None)}
+
+
+def _promoted_env(rendering: Mapping[str, Any], winner: str, unit: str, run: Any, table: Sequence[str],
+                  env_dir: str) -> Tuple[List[str], str, str | None]:
+    """The promoted drop-in's lines up to its ``ExecStart=``, the env file it names and that file's text."""
     kept = dict(rendering.get("override") or {})
     try:
         env_lines = render_lines({k: v for k, v in kept.items() if v is not None}, f"promotion of {winner}")
@@ -408,11 +453,4 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
     unset = sorted(k for k, v in kept.items() if v is None)
     if unset:
         lines.append("UnsetEnvironment=" + " ".join(unset))
-    try:
-        command = es.check_exec_start(winner_argv, rendering.get("exec_prefix") or "")
-        lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
-    except (SpecdecError, EnvFileError) as exc:
-        raise RenderError(str(exc)) from None
-    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
-            "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
-            "exec_start": winner_argv, "measured_production": measured}
+    return lines, env_path, env_text

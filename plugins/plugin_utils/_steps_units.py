@@ -3,11 +3,14 @@
 # Controller-side steps for hand-written units (form exec): a winner's promoted drop-in, and the watch's command line.
 # Not filters of their own: roles and playbooks call them through filter llmfleet.specdec.internal.
 """- ``report | llmfleet.specdec.internal('exec_promotion', winner, live, table, force)``: the drop-in (and env file) that makes a
-  form exec winner production (``_render.exec_promotion``), for ``playbooks/tasks/promote_exec.yml``.
+  form exec winner production, or a wrapper unit's winner (its variables only; ``_render.exec_promotion``), for
+  ``playbooks/tasks/promote_exec.yml``.
 - ``argv | llmfleet.specdec.internal('exec_start_line')``: the ``ExecStart=`` value of the roles' unit templates, quoted
   for systemd (``_execstart.check_exec_start``: no ``%`` specifier, ``$`` variable or C escape of systemd's touches a word).
 - ``path | llmfleet.specdec.internal('unit_path', option)``: a path for a unit file's ``EnvironmentFile=`` and the
   like, its ``%`` doubled (systemd's specifiers); refused when it is not absolute or holds a control character.
+- ``server_env | llmfleet.specdec.internal('env_carries', env, unset)``: what a process's environment lacks of a promoted
+  wrapper's variables (``NAME: wanted 'x', has 'y'`` per variable; empty when it carries them all and none of ``unset``).
 - ``watch_result | llmfleet.specdec.internal('exec_watch', evidence, live)``: spec_watch's result with the
   command-line findings of a promoted form exec config added (``_serving_unit.command_drift``),
   for ``playbooks/tasks/watch_exec.yml``.
@@ -32,6 +35,14 @@ def exec_promotion(report: Any, winner: str, live: Any, table: Any = None, force
         return _exec_promotion(report, str(winner), live, list(table or []), bool(force))
     except SpecdecError as exc:
         raise AnsibleFilterError(str(exc)) from None
+
+
+def env_carries(server_env: Any, env: Any, unset: Any = None) -> list[str]:
+    if not isinstance(server_env, dict) or not isinstance(env, dict):
+        raise AnsibleFilterError("env_carries: give the server's environment and the variables it must carry")
+    wrong = [f"{k}: wanted {str(v)!r}, has {server_env[k]!r}" if k in server_env else f"{k}: wanted {str(v)!r}, unset"
+             for k, v in sorted(env.items()) if server_env.get(k) != str(v)]
+    return wrong + [f"{k}: wanted unset, has {server_env[k]!r}" for k in sorted(unset or []) if k in server_env]
 
 
 def exec_start_line(argv: Any) -> str:

@@ -150,6 +150,21 @@ def test_live_and_pending_env() -> None:
     assert drift.compare_live(PROMOTED_ENV, dict(PROMOTED_ENV, PATH="/bin"), dict(PROMOTED_ENV), "u", []) == []
 
 
+def test_a_wrappers_env_is_watched_on_the_servers_variables_only() -> None:
+    # a wrapper's rendering is its server's whole /proc environ: what systemd and the shell set on that start
+    # differs on every restart and is not the config
+    measured = {"INVOCATION_ID": "a1", "JOURNAL_STREAM": "9:1", "PWD": "/tmp", "GGML_SCHED": "x",
+                "LLAMA_ARG_THREADS": "1", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "1"}
+    evidence = {"config": "d1", "report": {"configs": [{"name": "d1", "rendering": {
+        "env": measured, "override": {"GGML_SCHED": "x", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "1"}}}]}}
+    promoted = drift.server_part(drift.promoted_env(evidence), evidence)
+    assert promoted == {"GGML_SCHED": "x", "LLAMA_ARG_THREADS": "1", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "1"}
+    later = dict(measured, INVOCATION_ID="b2", JOURNAL_STREAM="9:2")
+    assert drift.compare_live(promoted, later, {k: v for k, v in later.items() if k != "PWD"}, "u", []) == []
+    [f] = drift.compare_live(promoted, dict(later, LLAMA_ARG_SPEC_DRAFT_N_MAX="3"), None, "u", [])
+    assert f["numbers"]["differences"] == {"LLAMA_ARG_SPEC_DRAFT_N_MAX": {"promoted": "1", "live": "3"}}
+
+
 def test_age() -> None:
     measured = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     now = dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc)

@@ -256,6 +256,47 @@ def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None
     assert not any(line.rstrip().endswith("\\") for line in promo["text"].splitlines() if line.startswith("#"))
 
 
+def test_a_wrapper_winner_is_a_drop_in_of_its_variables_only() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import env_carries, exec_promotion
+
+    server = HAND[1:]
+    live = {"unit": "llama.service", "installed": True, "form": "env", "kind": "wrapper", "engine": "llamacpp",
+            "argv": ["/usr/local/bin/run-llama.sh"], "server_args": server, "env": {"LLAMA_ARG_THREADS": "2"},
+            "server_env": {"LLAMA_ARG_THREADS": "1", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "3"},
+            "wrapper": {"exec": True, "pid": 7, "set_by_wrapper": {"LLAMA_ARG_THREADS": "1"}}}
+    rendered = ab_render([{"name": "baseline"}, {"name": "d1", "env": {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "1",
+                                                                       "LLAMA_ARG_N_GPU_LAYERS": None}}],
+                         live["server_env"], "baseline", "llamacpp", live)
+    report = {"run_id": "r9", "baseline": "baseline",
+              "configs": [{"name": n, "rendering": r} for n, r in rendered.items()]}
+    promo = exec_promotion(report, "d1", live, ["# d1 | prose | 1.0x"])
+    settings = [(a.key, a.value) for a in es.unit_assignments(promo["text"])]
+    # the wrapper keeps its ExecStart=: the drop-in only adds the winner's variables (and unsets what it removes)
+    assert settings == [("EnvironmentFile", promo["env_file"]), ("UnsetEnvironment", "LLAMA_ARG_N_GPU_LAYERS")]
+    assert promo["exec_start"] is None and promo["kind"] == "wrapper"
+    assert promo["env_text"] == "LLAMA_ARG_SPEC_DRAFT_N_MAX=1\n"
+    assert promo["env"] == {"LLAMA_ARG_SPEC_DRAFT_N_MAX": "1"} and promo["unset"] == ["LLAMA_ARG_N_GPU_LAYERS"]
+    assert promo["dropin"] == "/etc/systemd/system/llama.service.d/40-llmfleet-specdec-promoted.conf"
+    # the server's own command line changed since the run (read from its process): refused unless forced
+    moved = dict(live, server_args=[*server, "-c", "4096"])
+    with pytest.raises(Exception, match="runs another command line than run r9 measured"):
+        exec_promotion(report, "d1", moved)
+    assert exec_promotion(report, "d1", moved, ["# d1 | prose | 1.0x"], force=True)["text"] == promo["text"]
+    # production itself and a run measured in form exec have nothing a wrapper's drop-in could carry
+    with pytest.raises(Exception, match="production itself"):
+        exec_promotion(report, "baseline", live)
+    exec_run = _report(unit_of(HAND))
+    with pytest.raises(Exception, match="measured 'd6' in form exec"):
+        exec_promotion(exec_run, "d6", live)
+    # what the new server's environment must carry, named when it does not
+    assert env_carries({"LLAMA_ARG_SPEC_DRAFT_N_MAX": "1"}, promo["env"], promo["unset"]) == []
+    assert env_carries({"LLAMA_ARG_SPEC_DRAFT_N_MAX": "3", "LLAMA_ARG_N_GPU_LAYERS": "9"}, promo["env"],
+                       promo["unset"]) == ["LLAMA_ARG_SPEC_DRAFT_N_MAX: wanted '1', has '3'",
+                                           "LLAMA_ARG_N_GPU_LAYERS: wanted unset, has '9'"]
+    assert env_carries({}, promo["env"], []) == ["LLAMA_ARG_SPEC_DRAFT_N_MAX: wanted '1', unset"]
+
+
 def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
     from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch
 
