@@ -14,6 +14,10 @@ description:
     that message as plain lines under the host, one list item a line, never wrapped, quoted or escaped.
   - A C(fail) or C(assert) task that fails with only a message (how the collection's plays stop, naming the input
     and the fix) prints that message once, on the C(fatal) line, without the error summary Ansible prints above it.
+  - A task that fails because one of this collection's filters or lookups refused its input (a C(set_fact) whose
+    value runs the filter, say) prints the filter's own message once, on the C(fatal) line, without Ansible's
+    wrapping in front of it (C(Task failed - Finalization of task args for ... The filter plugin ... failed)) and
+    without the error summary above it. Other plugins' failures keep Ansible's output.
   - Every other result prints as the default callback prints it (with its C(result_format)).
   - The repository's C(ansible.cfg) sets it with C(stdout_callback = llmfleet.specdec.tables); set
     C(ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default) for Ansible's own output.
@@ -24,12 +28,30 @@ requirements:
   - set as stdout in configuration
 """
 
+import re
+
 from ansible import constants
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 _DEBUG = frozenset(("debug", "ansible.builtin.debug", "ansible.legacy.debug"))
 _STOPS = frozenset(("fail", "ansible.builtin.fail", "ansible.legacy.fail",
                     "assert", "ansible.builtin.assert", "ansible.legacy.assert"))
+
+
+# Ansible's wrapping (2.19 and later) in front of the message of this collection's own filter or lookup.
+_WRAPPED = re.compile(
+    r"^(?:Task failed: )?(?:Finalization of task args for '[^']*' failed: )?(?:Error while resolving value for "
+    r"'[^']*': )?The (?:filter|lookup|test) plugin 'llmfleet\.specdec\.[^']*' failed: (?P<message>.+)$", re.DOTALL)
+
+
+def unwrapped(result):
+    """The message of this collection's filter or lookup that failed a task, without Ansible's wrapping; else None."""
+    shown = {k for k in result if not k.startswith("_ansible")} - {"changed", "failed", "exception"}
+    msg = result.get("msg")
+    if shown != {"msg"} or not isinstance(msg, str):
+        return None
+    match = _WRAPPED.match(msg.strip())
+    return match.group("message").strip() if match else None
 
 
 def message_lines(result, failed=False):
@@ -75,6 +97,9 @@ class CallbackModule(DefaultCallback):
         data = getattr(result, "result", None)
         data = data if isinstance(data, dict) else result._result
         lines = message_lines(data, failed=True) if task.action in _STOPS and not task.loop else None
+        if lines is None and not task.loop:
+            inner = unwrapped(data)
+            lines = inner.splitlines() if inner else None
         if lines is None:
             super().v2_runner_on_failed(result, ignore_errors=ignore_errors)
             return

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.llmfleet.specdec.plugins.callback.tables import message_lines
+from ansible_collections.llmfleet.specdec.plugins.callback.tables import message_lines, unwrapped
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -89,3 +89,41 @@ def test_a_stop_prints_its_message_once_on_the_fatal_line(tmp_path: Path) -> Non
     assert out.count("is not a unit on this host") == 1 and "[ERROR]" not in out
     assert message_lines({"msg": "x", "exception": "tb"}, failed=True) == ["x"]
     assert message_lines({"msg": "x", "rc": 1}, failed=True) is None  # a module's failure: Ansible's own output
+
+
+def test_a_refusal_of_the_collections_filter_prints_once_without_ansibles_wrapping(tmp_path: Path) -> None:
+    (tmp_path / "play.yml").write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: A step of the collection refuses its input
+      ansible.builtin.set_fact:
+        x: "{{ 'v' | llmfleet.specdec.internal('exec_promotion', 'w', {}) }}"
+""")
+    (tmp_path / "other.yml").write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Another plugin's failure
+      ansible.builtin.set_fact:
+        x: "{{ 'not json' | from_json }}"
+""")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".build" / "collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "t"))
+    outs = []
+    for play in ("play.yml", "other.yml"):
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
+                               f"ansible_python_interpreter={sys.executable}", str(tmp_path / play)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 2
+        outs.append(proc.stdout + proc.stderr)
+    ours, other = outs
+    assert "fatal: [localhost]: FAILED! => exec_promotion: give the run's report and the live unit (serving_unit_info)" \
+        in ours.splitlines(), ours
+    assert ours.count("give the run's report") == 1 and "[ERROR]" not in ours and "Finalization" not in ours
+    assert "[ERROR]" in other or "Finalization" in other  # Ansible's own output for what is not the collection's
+    msg = ("Task failed: Finalization of task args for 'ansible.builtin.set_fact' failed: Error while resolving value "
+           "for 'x': The filter plugin 'llmfleet.specdec.internal' failed: a: b\nc")
+    assert unwrapped({"msg": msg, "failed": True, "exception": "tb"}) == "a: b\nc"
+    assert unwrapped({"msg": msg.replace("llmfleet.specdec.internal", "ansible.builtin.from_json")}) is None
+    assert unwrapped({"msg": msg, "rc": 1}) is None
