@@ -397,7 +397,7 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
         raise RenderError(str(exc)) from None
     return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
             "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
-            "exec_start": winner_argv, "measured_production": measured, "kind": "exec", "env": {}}
+            "exec_start": winner_argv, "measured_production": measured, "kind": "exec", "env": {}, "unset": []}
 
 
 def _wrapper_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], rendering: Mapping[str, Any],
