@@ -811,6 +811,20 @@ def _promotion(host: Host, flags: List[str], env: Dict[str, Optional[str]], run_
     return promo
 
 
+def _variables_promotion(host: Host, env: Dict[str, Optional[str]], run_id: str) -> Dict[str, Any]:
+    """filter exec_promotion's rendering of a wrapper unit's winner: its variables alone (the drop-in keeps the
+    unit's ExecStart=; the fake's unit stands for the wrapper's, whose server the variables reach)."""
+    argv = _unit_argv(host)
+    report = {"run_id": run_id, "baseline": "baseline", "configs": [
+        {"name": "baseline", "rendering": {"form": "env", "exec_start": None, "argv": argv[1:], "override": {}}},
+        {"name": "winner", "rendering": {"form": "env", "exec_start": None, "argv": argv[1:], "override": env}}]}
+    promo = _render.exec_promotion(report, "winner", {"unit": UNIT, "form": "env", "kind": "wrapper",
+                                                      "argv": ["/usr/local/bin/run-llama.sh"], "server_args": argv[1:]},
+                                   env_dir=str(host.root / "etc" / "llmfleet-specdec"))
+    promo["dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN)
+    return promo
+
+
 def _earlier_promotion(host: Host) -> None:
     """An earlier promotion (its drop-in and env file) that production runs: the start state of a re-promotion."""
     promo = _promotion(host, EARLIER_FLAGS, EARLIER_VARS, "run-0")
@@ -824,16 +838,20 @@ def _earlier_promotion(host: Host) -> None:
     host.accepted[UNIT] = [_with(host, EARLIER_VARS)]
 
 
-def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]]) -> Callable[[Host], None]:
+def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper: bool = False) -> Callable[[Host], None]:
     def play(host: Host) -> None:
-        promo = _promotion(host, flags, env, "run-1")
+        promo = _variables_promotion(host, env, "run-1") if wrapper else _promotion(host, flags, env, "run-1")
         dropin, env_file = Path(promo["dropin"]), Path(promo["env_file"])
         before = {path: path.read_text() if path.exists() else None for path in (dropin, env_file)}
         record = host.root / "etc" / "llama-server.promoted.json"
-        command = es.check_exec_start(promo["exec_start"])
+        command = es.check_exec_start(promo["exec_start"]) if promo["exec_start"] is not None else None
 
         def read_back() -> None:
-            if _running_argv(host) != promo["exec_start"]:
+            if wrapper:  # step env_carries: the new server's environ carries the promoted variables
+                serving = host.fake.serving(UNIT) or {}
+                if any(serving.get(k) != v for k, v in promo["env"].items()):
+                    raise UnitOverrideError(f"{UNIT}'s server runs with {serving}, not the promoted variables")
+            elif _running_argv(host) != promo["exec_start"]:
                 raise UnitOverrideError(f"{UNIT} runs {_running_argv(host)}, not the promoted command line")
 
         def stale() -> None:
@@ -845,7 +863,7 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]]) -> Calla
         committed = False
         error: Optional[UnitOverrideError] = None
         try:
-            host.task("unit_override state=present exec_start",
+            host.task("unit_override state=present" + (" exec_start" if command else ""),
                       lambda: host.manager().present(UNIT, _config({k: v for k, v in env.items() if v is not None}),
                                                      ROLLBACK_AFTER, command))
             host.task("ab_lock state=present (renewal)", lambda: host.lock("promote-1"))
@@ -857,7 +875,7 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]]) -> Calla
             host.task("copy: commit the promoted drop-in", lambda: _write(dropin, promo["text"]))
             host.task("copy: commit the promotion record", lambda: _write(record, '{"form": "exec"}\n'))
             host.task("unit_override state=absent restart=true", lambda: host.manager().absent(UNIT, restart=True))
-            host.task("serving_unit_info: runs the promoted command line", read_back)
+            host.task("serving_unit_info: runs the promoted " + ("variables" if wrapper else "command line"), read_back)
             host.task("file: remove earlier promotions' env files", stale)
         except UnitOverrideError as exc:
             error = exc
@@ -892,6 +910,19 @@ def _exec_consistent(host: Host) -> List[str]:
     return problems
 
 
+def _wrapper_consistent(host: Host) -> List[str]:
+    """A wrapper's promotion never touches the command line, and what runs has the variables a restart would give."""
+    running = _running_argv(host)
+    serving = host.fake.serving(UNIT)
+    problems = []
+    if running is not None and running != _unit_argv(host):
+        problems.append(f"{UNIT} runs {running}, not its unit's own command line {_unit_argv(host)}")
+    on_disk = host.fake.env_on_disk(UNIT)
+    if serving is not None and any(serving.get(k) != on_disk.get(k) for k in set(EXEC_VARS) | set(on_disk)):
+        problems.append(f"{UNIT} runs with {serving} but a restart would give it {on_disk}")
+    return problems
+
+
 def _exec_accepting(earlier: bool) -> Callable[[Host], None]:
     def setup(host: Host) -> None:
         if earlier:
@@ -910,6 +941,12 @@ EXEC_PLAYS: List[MatrixPath] = [
     MatrixPath("promote.yml of a hand-written unit over an earlier promotion, a command line that cannot start",
                _exec_accepting(True), _exec_promote_play(EXEC_FLAGS, dict(EXEC_VARS, FAKE_FAIL_START="1")),
                tasks=True, host=_REAL, expect_failure=True, check=_exec_consistent),
+    MatrixPath("promote.yml of a wrapper unit (its winner's variables alone, in a persistent drop-in that keeps "
+               "ExecStart=)", _exec_accepting(False), _exec_promote_play([], EXEC_VARS, wrapper=True), tasks=True,
+               host=_REAL, check=_wrapper_consistent),
+    MatrixPath("promote.yml of a wrapper unit, variables its server cannot start with", _exec_accepting(False),
+               _exec_promote_play([], dict(EXEC_VARS, FAKE_FAIL_START="1"), wrapper=True), tasks=True, host=_REAL,
+               expect_failure=True, check=_wrapper_consistent),
 ]
 PATHS += EXEC_PLAYS
 

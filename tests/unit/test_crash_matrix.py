@@ -404,7 +404,7 @@ def test_a_hand_written_units_promotion_commits_in_an_order_that_always_starts(r
     one whose command line cannot start, production runs its own or the verified command line with its variables,
     and what a restart would start is the same (the earlier env file goes only after production answered)."""
     names = [p.name for p in cm.EXEC_PLAYS]
-    assert len(names) == 3
+    assert len(names) == 5
     for name in names:
         cells = _cells(rows, name)
         assert len(cells) >= 20, name
@@ -417,6 +417,12 @@ def test_a_hand_written_units_promotion_commits_in_an_order_that_always_starts(r
     assert repromote["after the last step"]["module SIGKILL"].outcome == "the play"
     assert repromote["after the last step"]["module SIGKILL"].ends_on == 1
     assert _cells(rows, names[2])["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
+    # a wrapper unit's promotion (its variables alone): the same order, the same ends
+    wrapper = _cells(rows, names[3])
+    assert list(wrapper).index("before copy: commit the winner's variables") < list(wrapper).index(
+        "before copy: commit the promoted drop-in")
+    assert wrapper["after the last step"]["module SIGKILL"].outcome == "the play"
+    assert _cells(rows, names[4])["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
 
 
 def test_the_model_refuses_a_unit_whose_mandatory_env_file_is_gone(tmp_path: Path) -> None:
