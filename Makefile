@@ -427,6 +427,12 @@ benchmark-load: venv collection llama-server
 benchmark-screen: venv collection llama-server models win-models
 	PYTHONPATH=tests:.build/collections $(PY) benchmarks/screen.py
 
+# Where the screen's tiny-bed error lives (benchmarks/screen_round.py): a real speculative round, from the server's
+# own timings and counters, against the screen's timing of its verification batch on the same server.
+.PHONY: benchmark-screen-round
+benchmark-screen-round: venv collection llama-server models
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/screen_round.py
+
 # The A/B protocol's overhead on the demo container host (molecule/ab's container; not beside make molecule).
 benchmark-ab: venv collection llama-server models
 	@$(container_tools)
