@@ -57,8 +57,8 @@ def served(args: list[str], shape: str) -> tuple[list[tuple], dict[int, float]]:
                                                          "temperature": 0.0, "cache_prompt": False})
             after = client.spec_counters()
             t = reply["timings"]
-            rows.append((t["predicted_n"], t["predicted_ms"], *(after[k] - before[k] for k in
-                                                                 ("drafts", "draft_tokens", "accepted_tokens"))))
+            counted = [after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted_tokens")]
+            rows.append((t["predicted_n"], t["predicted_ms"], *counted))
         batches = measure_batches(client, [2, 3, 5, 9, 13, 17])["batches"]
     return rows, {int(b): ms for b, ms in batches.items()}
 
