@@ -66,7 +66,7 @@ STEPS: dict[str, Any] = {
     "ab_timing": _steps_timing.ab_timing, "ab_timing_record": _steps_timing.ab_timing_record,
     "ab_traffic": _steps_traffic.ab_traffic, "ab_traffic_mix": _steps_traffic.ab_traffic_mix,
     "exec_promotion": _steps_units.exec_promotion, "exec_watch": _steps_units.exec_watch,
-    "env_carries": _steps_units.env_carries,
+    "env_carries": _steps_units.env_carries, "runs_command": _steps_units.runs_command,
     "exec_start_line": _steps_units.exec_start_line, "unit_path": _steps_units.unit_path,
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
     "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,

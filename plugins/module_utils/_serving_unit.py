@@ -383,7 +383,8 @@ def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) 
         return [_drift.finding("unit-not-running", f"{unit}: {live.get('why')}", f"install {unit} again, or {_drift.RERUN}")]
     out = []
     running = (live.get("running") or {}).get("argv")
-    if running is not None and list(running) != promoted:
+    # a prefix (env, nice, taskset, numactl) exec'd the server: its process runs the line's tail
+    if running is not None and list(running) not in (promoted, uc.exec_tail(promoted)):
         out.append(_drift.finding(
             "live-config-differs", f"{unit} runs another command line than the promoted one: promoted "
             f"{' '.join(promoted)[:300]}; running {' '.join(running)[:300]}",

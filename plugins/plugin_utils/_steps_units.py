@@ -11,6 +11,8 @@
   like, its ``%`` doubled (systemd's specifiers); refused when it is not absolute or holds a control character.
 - ``server_env | llmfleet.specdec.internal('env_carries', env, unset)``: what a process's environment lacks of a promoted
   wrapper's variables (``NAME: wanted 'x', has 'y'`` per variable; empty when it carries them all and none of ``unset``).
+- ``running_argv | llmfleet.specdec.internal('runs_command', exec_start)``: whether a unit's process runs a promoted
+  command line: the line itself, or its tail once prefixes (``env``, ``nice``, ``taskset``, ``numactl``) exec'd the server.
 - ``watch_result | llmfleet.specdec.internal('exec_watch', evidence, live)``: spec_watch's result with the
   command-line findings of a promoted form exec config added (``_serving_unit.command_drift``),
   for ``playbooks/tasks/watch_exec.yml``.
@@ -26,6 +28,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import exec_promotion as _exec_promotion
 from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import command_drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_command import exec_tail
 
 
 def exec_promotion(report: Any, winner: str, live: Any, table: Any = None, force: bool = False) -> dict[str, Any]:
@@ -43,6 +46,13 @@ def env_carries(server_env: Any, env: Any, unset: Any = None) -> list[str]:
     wrong = [f"{k}: wanted {str(v)!r}, has {server_env[k]!r}" if k in server_env else f"{k}: wanted {str(v)!r}, unset"
              for k, v in sorted(env.items()) if server_env.get(k) != str(v)]
     return wrong + [f"{k}: wanted unset, has {server_env[k]!r}" for k in sorted(unset or []) if k in server_env]
+
+
+def runs_command(running: Any, exec_start: Any) -> bool:
+    if not isinstance(exec_start, (list, tuple)):
+        raise AnsibleFilterError(f"runs_command: give the promoted command line as a list, not {exec_start!r}")
+    want = [str(word) for word in exec_start]
+    return isinstance(running, (list, tuple)) and list(running) in (want, exec_tail(want))
 
 
 def exec_start_line(argv: Any) -> str:

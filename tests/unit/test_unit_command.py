@@ -256,6 +256,25 @@ def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None
     assert not any(line.rstrip().endswith("\\") for line in promo["text"].splitlines() if line.startswith("#"))
 
 
+def test_a_prefixed_units_process_runs_the_promoted_lines_tail() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch, runs_command
+
+    prefixed = ["/usr/bin/nice", "-n", "3", "/usr/bin/env", "X=1", "/usr/bin/taskset", "-c", "0", *HAND]
+    # nice, env and taskset exec'd the server: /proc/<pid>/cmdline is the line's tail (found on real systemd: the
+    # promotion's read-back compared the whole line and put every prefixed unit's promotion back)
+    assert runs_command(HAND, prefixed) and runs_command(prefixed, prefixed)
+    assert not runs_command([*HAND, "-c", "4096"], prefixed) and not runs_command(None, prefixed)
+    report = _report(unit_of(prefixed))
+    promoted = next(c for c in report["configs"] if c["name"] == "d6")["rendering"]["exec_start"]
+    assert promoted[:3] == ["/usr/bin/nice", "-n", "3"]
+    quiet = {"summary": "h: promoted config 'd6' - no drift", "config": "d6", "findings": []}
+    live = dict(unit_of(prefixed), argv=promoted, running={"argv": promoted[8:]})
+    assert exec_watch(quiet, {"config": "d6", "report": report}, live) == quiet
+    other = dict(live, running={"argv": HAND})
+    assert [f["kind"] for f in exec_watch(quiet, {"config": "d6", "report": report}, other)["findings"]] == [
+        "live-config-differs"]
+
+
 def test_a_wrapper_winner_is_a_drop_in_of_its_variables_only() -> None:
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
     from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import env_carries, exec_promotion
