@@ -226,8 +226,7 @@ def _cmdline(proc: str, pid: int) -> List[str] | None:
 def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str = "") -> bool:
     """Whether the unit runs ``argv``: its MainPID's /proc/<pid>/cmdline, or a process in its control group (a
     container engine's client that handed over to conmon, with Type=notify)."""
-    want = list(argv)
-    if pid and _cmdline(proc, pid) in (want, uc.exec_tail(want)):  # a prefix (env, nice, ...) exec'd the server
+    if pid and uc.runs_line(_cmdline(proc, pid), argv):
         return True
     if not control_group:
         return False
@@ -235,7 +234,7 @@ def cmdline_matches(proc: str, pid: int, argv: Sequence[str], control_group: str
         if not entry.isdigit():
             continue
         cgroup = cgroup_path(_read(os.path.join(proc, entry, "cgroup")) or "")
-        if within_cgroup(cgroup, control_group) and _cmdline(proc, int(entry)) in (want, uc.exec_tail(want)):
+        if within_cgroup(cgroup, control_group) and uc.runs_line(_cmdline(proc, int(entry)), argv):
             return True
     return False
 
@@ -345,7 +344,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
                   need_daemon_reload=first["NeedDaemonReload"] == "yes", active_state=first["ActiveState"],
                   running={"pid": pid, "argv": running_argv,
                            "matches": (described["kind"] == "wrapper"
-                                       or running_argv in (list(expanded), uc.exec_tail(expanded)))
+                                       or uc.runs_line(running_argv, expanded))
                            if running_argv is not None else None},
                   warnings=[f"{w}: an unknown escape is kept with its backslash (systemd warns about it too)"
                             for w in settings.kept_escapes])
@@ -384,7 +383,7 @@ def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) 
     out = []
     running = (live.get("running") or {}).get("argv")
     # a prefix (env, nice, taskset, numactl) exec'd the server: its process runs the line's tail
-    if running is not None and list(running) not in (promoted, uc.exec_tail(promoted)):
+    if running is not None and not uc.runs_line(running, promoted):
         out.append(_drift.finding(
             "live-config-differs", f"{unit} runs another command line than the promoted one: promoted "
             f"{' '.join(promoted)[:300]}; running {' '.join(running)[:300]}",

@@ -149,6 +149,16 @@ def exec_tail(argv: Sequence[str]) -> List[str]:
         return list(argv)
 
 
+def runs_line(running: Sequence[str] | None, argv: Sequence[str]) -> bool:
+    """Whether a process whose /proc/<pid>/cmdline is ``running`` runs the unit line ``argv``: the line itself, or
+    its tail once prefixes (``env``, ``nice``, ``taskset``, ``numactl``) exec'd the server. The one test behind the
+    health gate's process check, the promotion's read-back and the watch's command-line drift."""
+    if running is None:
+        return False
+    want = [str(word) for word in argv]
+    return [str(word) for word in running] in (want, exec_tail(want))
+
+
 # ------------------------------------------------------------------ describe
 
 

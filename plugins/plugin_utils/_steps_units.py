@@ -28,7 +28,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart
 from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils._render import exec_promotion as _exec_promotion
 from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import command_drift
-from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_command import exec_tail
+from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_command import runs_line
 
 
 def exec_promotion(report: Any, winner: str, live: Any, table: Any = None, force: bool = False) -> dict[str, Any]:
@@ -51,8 +51,7 @@ def env_carries(server_env: Any, env: Any, unset: Any = None) -> list[str]:
 def runs_command(running: Any, exec_start: Any) -> bool:
     if not isinstance(exec_start, (list, tuple)):
         raise AnsibleFilterError(f"runs_command: give the promoted command line as a list, not {exec_start!r}")
-    want = [str(word) for word in exec_start]
-    return isinstance(running, (list, tuple)) and list(running) in (want, exec_tail(want))
+    return isinstance(running, (list, tuple)) and runs_line(running, exec_start)
 
 
 def exec_start_line(argv: Any) -> str:

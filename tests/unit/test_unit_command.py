@@ -264,6 +264,11 @@ def test_a_prefixed_units_process_runs_the_promoted_lines_tail() -> None:
     # promotion's read-back compared the whole line and put every prefixed unit's promotion back)
     assert runs_command(HAND, prefixed) and runs_command(prefixed, prefixed)
     assert not runs_command([*HAND, "-c", "4096"], prefixed) and not runs_command(None, prefixed)
+    # the one test behind the health gate, the read-back and the watch: a tail of the wrong length, or the prefix
+    # alone, is not the line
+    assert uc.runs_line(HAND, HAND) and uc.runs_line(HAND, prefixed) and not uc.runs_line(None, HAND)
+    assert not uc.runs_line(HAND[1:], prefixed) and not uc.runs_line(prefixed[:8], prefixed)
+    assert not uc.runs_line(prefixed, HAND)
     report = _report(unit_of(prefixed))
     promoted = next(c for c in report["configs"] if c["name"] == "d6")["rendering"]["exec_start"]
     assert promoted[:3] == ["/usr/bin/nice", "-n", "3"]
