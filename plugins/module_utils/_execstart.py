@@ -39,7 +39,13 @@ WHITESPACE = " \t\n\r"
 # candidate's transient one (``_systemd.DROPIN_NAME``, zz-...), so an A/B run on a promoted unit still replaces
 # its ExecStart= with each candidate's.
 PROMOTED_DROPIN = "40-llmfleet-specdec-promoted.conf"
+# The same drop-in on a unit an operator customised with drop-ins that sort after the usual name (``systemctl
+# edit``'s ``override.conf`` resets ``ExecStart=``): it sorts after them, before the A/B's ``zz-`` drop-in and the
+# pins (``zy-``), so the promoted line is what the unit runs.
+PROMOTED_DROPIN_LATE = "zx-llmfleet-specdec-promoted.conf"
+PROMOTED_DROPINS = (PROMOTED_DROPIN, PROMOTED_DROPIN_LATE)
 COMMENTS = "#;"
+OWN_MARK = "llmfleet-specdec"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # ExecStart= prefixes systemd 252 knows, on the first word (in any order, each once).
 PREFIX_CHARS = "-@:+!"

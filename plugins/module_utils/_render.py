@@ -40,6 +40,7 @@ line; in both forms a config that sets one option as a variable and as a flag), 
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -366,7 +367,7 @@ def _one_comment_line(line: Any) -> bool:
 
 def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, Any], table: Sequence[str] = (),
                    force: bool = False, env_dir: str = "/etc/llmfleet-specdec") -> Dict[str, Any]:
-    """A form ``exec`` winner as a persistent drop-in (``es.PROMOTED_DROPIN``): its measured command line, and its
+    """A form ``exec`` winner as a persistent drop-in (``promoted_dropins``): its measured command line, and its
     remaining variables in an env file the drop-in adds last (as the A/B's transient drop-in did). Refused when
     the run's rendering is not form exec, or production's command line changed since the run measured it
     (``force`` takes it anyway). A wrapper unit (kind ``wrapper``) gets its winner's variables alone
@@ -395,7 +396,8 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
         lines += ["ExecStart=", "ExecStart=" + es.quote_exec_argv(command.argv, command.prefix)]
     except (SpecdecError, EnvFileError) as exc:
         raise RenderError(str(exc)) from None
-    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+    dropin, other = promoted_dropins(unit, live)
+    return {"dropin": dropin, "other_dropin": other, "text": "\n".join(lines) + "\n",
             "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
             "exec_start": winner_argv, "measured_production": measured, "kind": "exec", "env": {}, "unset": []}
 
@@ -421,11 +423,26 @@ def _wrapper_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str
                           f"{' '.join(measured)}; now: {' '.join(now)}); re-run the A/B, or set "
                           "specdec_promote_force=true to promote the measured variables over the change")
     lines, env_path, env_text = _promoted_env(rendering, winner, unit, run, table, env_dir)
-    return {"dropin": f"/etc/systemd/system/{unit}.d/{es.PROMOTED_DROPIN}", "text": "\n".join(lines) + "\n",
+    dropin, other = promoted_dropins(unit, live)
+    return {"dropin": dropin, "other_dropin": other, "text": "\n".join(lines) + "\n",
             "env_file": env_path, "env_text": env_text, "env_dir": env_dir, "env_pattern": f"{unit}.promoted*.env",
             "exec_start": None, "measured_production": measured, "kind": "wrapper",
             "env": {k: v for k, v in rendering["override"].items() if v is not None},
             "unset": sorted(k for k, v in rendering["override"].items() if v is None)}
+
+
+def promoted_dropins(unit: str, live: Mapping[str, Any]) -> Tuple[str, str]:
+    """Where the promotion goes, and the promoted drop-in's other name (removed once the new one is written).
+
+    The usual name (``es.PROMOTED_DROPIN``) sorts before the drop-ins an operator writes; on a unit that has one
+    sorting after it (``systemctl edit``'s ``override.conf``), which would reset the promoted ``ExecStart=`` or
+    variables, the late name (``es.PROMOTED_DROPIN_LATE``) sorts after them all (and before the A/B's)."""
+    folder = f"/etc/systemd/system/{unit}.d"
+    names = [os.path.basename(str(path)) for path in live.get("dropins") or []]
+    late = any(name > es.PROMOTED_DROPIN and es.OWN_MARK not in name for name in names)
+    use, other = ((es.PROMOTED_DROPIN_LATE, es.PROMOTED_DROPIN) if late
+                  else (es.PROMOTED_DROPIN, es.PROMOTED_DROPIN_LATE))
+    return f"{folder}/{use}", f"{folder}/{other}"
 
 
 def _promoted_env(rendering: Mapping[str, Any], winner: str, unit: str, run: Any, table: Sequence[str],

@@ -278,7 +278,7 @@ def read_unit(unit_name: str, run: Runner, *, backend: str | None = None, proc: 
         sets_exec = settings.take(path, text, table, unit)
         if path != fragment and sets_exec and os.path.basename(path) > DROPIN_NAME:
             later_exec.append(path)
-        if os.path.basename(path) == PROMOTED_DROPIN:
+        if os.path.basename(path) in es.PROMOTED_DROPINS:
             promoted = path
     if not settings.exec_start:
         raise UnitReadError(f"{unit} has no ExecStart= (in {', '.join([fragment, *dropins])}); give it one")

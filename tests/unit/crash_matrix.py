@@ -808,6 +808,7 @@ def _promotion(host: Host, flags: List[str], env: Dict[str, Optional[str]], run_
     promo = _render.exec_promotion(report, "winner", {"unit": UNIT, "form": "exec", "argv": argv},
                                    env_dir=str(host.root / "etc" / "llmfleet-specdec"))
     promo["dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN)
+    promo["other_dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN_LATE)
     return promo
 
 
@@ -822,12 +823,17 @@ def _variables_promotion(host: Host, env: Dict[str, Optional[str]], run_id: str)
                                                       "argv": ["/usr/local/bin/run-llama.sh"], "server_args": argv[1:]},
                                    env_dir=str(host.root / "etc" / "llmfleet-specdec"))
     promo["dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN)
+    promo["other_dropin"] = str(host.root / "etc" / "systemd" / "system" / f"{UNIT}.d" / es.PROMOTED_DROPIN_LATE)
     return promo
 
 
-def _earlier_promotion(host: Host) -> None:
-    """An earlier promotion (its drop-in and env file) that production runs: the start state of a re-promotion."""
+def _earlier_promotion(host: Host, late: bool = False) -> None:
+    """An earlier promotion (its drop-in and env file) that production runs: the start state of a re-promotion.
+    ``late``: under the late name (``zx-``), as on a unit whose operator drop-in (override.conf) sorted after the
+    usual one then and is gone now, so the new promotion takes the usual name and removes this one."""
     promo = _promotion(host, EARLIER_FLAGS, EARLIER_VARS, "run-0")
+    if late:
+        promo["dropin"] = promo["other_dropin"]
     Path(promo["env_file"]).parent.mkdir(parents=True, exist_ok=True)
     Path(promo["env_file"]).write_text(promo["env_text"])
     Path(promo["dropin"]).parent.mkdir(parents=True, exist_ok=True)
@@ -841,8 +847,8 @@ def _earlier_promotion(host: Host) -> None:
 def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper: bool = False) -> Callable[[Host], None]:
     def play(host: Host) -> None:
         promo = _variables_promotion(host, env, "run-1") if wrapper else _promotion(host, flags, env, "run-1")
-        dropin, env_file = Path(promo["dropin"]), Path(promo["env_file"])
-        before = {path: path.read_text() if path.exists() else None for path in (dropin, env_file)}
+        dropin, env_file, other = Path(promo["dropin"]), Path(promo["env_file"]), Path(promo["other_dropin"])
+        before = {path: path.read_text() if path.exists() else None for path in (dropin, env_file, other)}
         record = host.root / "etc" / "llama-server.promoted.json"
         command = es.check_exec_start(promo["exec_start"]) if promo["exec_start"] is not None else None
 
@@ -872,7 +878,11 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper:
             committed = True
             if promo["env_text"]:
                 host.task("copy: commit the winner's variables", lambda: _write(env_file, promo["env_text"]))
-            host.task("copy: commit the promoted drop-in", lambda: _write(dropin, promo["text"]))
+            if before[other] is None:
+                host.task("copy: commit the promoted drop-in", lambda: _write(dropin, promo["text"]))
+            else:  # overwritten under the earlier promotion's name, then renamed: never both side by side
+                host.task("copy: commit the promoted drop-in", lambda: _write(other, promo["text"]))
+                host.task("command: mv the promoted drop-in to its name", lambda: os.replace(other, dropin))
             host.task("copy: commit the promotion record", lambda: _write(record, '{"form": "exec"}\n'))
             host.task("unit_override state=absent restart=true", lambda: host.manager().absent(UNIT, restart=True))
             host.task("serving_unit_info: runs the promoted " + ("variables" if wrapper else "command line"), read_back)
@@ -881,6 +891,8 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper:
             error = exc
             if committed:
                 for path, text in before.items():
+                    if text is None and not path.exists():
+                        continue  # nothing was there and nothing was written: the playbook's task changes nothing
                     if text is None:
                         host.task(f"file: remove {path.name}", lambda p=path: p.unlink(missing_ok=True))
                     else:
@@ -923,10 +935,10 @@ def _wrapper_consistent(host: Host) -> List[str]:
     return problems
 
 
-def _exec_accepting(earlier: bool) -> Callable[[Host], None]:
+def _exec_accepting(earlier: bool, late: bool = False) -> Callable[[Host], None]:
     def setup(host: Host) -> None:
         if earlier:
-            _earlier_promotion(host)
+            _earlier_promotion(host, late)
         host.accepted[UNIT].append(_with(host, EXEC_VARS))
     return setup
 
@@ -947,6 +959,10 @@ EXEC_PLAYS: List[MatrixPath] = [
     MatrixPath("promote.yml of a wrapper unit, variables its server cannot start with", _exec_accepting(False),
                _exec_promote_play([], dict(EXEC_VARS, FAKE_FAIL_START="1"), wrapper=True), tasks=True, host=_REAL,
                expect_failure=True, check=_wrapper_consistent),
+    MatrixPath("promote.yml of a hand-written unit over an earlier promotion under the late name (zx-, its operator "
+               "drop-in gone since): the new one under the usual name, the late one removed in the same commit",
+               _exec_accepting(True, late=True), _exec_promote_play(EXEC_FLAGS, EXEC_VARS), tasks=True, host=_REAL,
+               check=_exec_consistent),
 ]
 PATHS += EXEC_PLAYS
 
@@ -1507,7 +1523,9 @@ redeploy, forced (`unit_deploy keep_what_runs`), keeps what ran in its record: i
 interrupted deploy's undo put the previous files back with that pin (`zy-llmfleet-specdec-deploy-ran.conf`).
 
 **A hand-written unit's promotion** (form exec, `playbooks/tasks/promote_exec.yml`; a first one, one over an
-earlier promotion, and one whose command line cannot start): the winner's command line as an override under the
+earlier promotion, one whose command line cannot start, and one over an earlier promotion under the late name
+`zx-llmfleet-specdec-promoted.conf`, which is overwritten where it is and then renamed, never left beside the new
+one): the winner's command line as an override under the
 dead-man, then the commits in their order (the winner's variables in an env file named by its content, the
 persistent drop-in `/etc/systemd/system/<unit>.d/40-llmfleet-specdec-promoted.conf` naming it, the record), the
 restart on them, the read-back of the running command line, and only then the earlier promotion's env file removed;

@@ -404,7 +404,7 @@ def test_a_hand_written_units_promotion_commits_in_an_order_that_always_starts(r
     one whose command line cannot start, production runs its own or the verified command line with its variables,
     and what a restart would start is the same (the earlier env file goes only after production answered)."""
     names = [p.name for p in cm.EXEC_PLAYS]
-    assert len(names) == 5
+    assert len(names) == 6
     for name in names:
         cells = _cells(rows, name)
         assert len(cells) >= 20, name
@@ -423,6 +423,12 @@ def test_a_hand_written_units_promotion_commits_in_an_order_that_always_starts(r
         "before copy: commit the promoted drop-in")
     assert wrapper["after the last step"]["module SIGKILL"].outcome == "the play"
     assert _cells(rows, names[4])["after the last step"]["module SIGKILL"].outcome == "the play's rescue"
+    # over an earlier promotion under the late name (zx-): the usual name is written, then the late one removed
+    late = list(_cells(rows, names[5]))
+    assert late.index("before copy: commit the promoted drop-in") < late.index(
+        "before command: mv the promoted drop-in to its name") < late.index(
+        "before unit_override state=absent restart=true")
+    assert _cells(rows, names[5])["after the last step"]["module SIGKILL"].outcome == "the play"
 
 
 def test_the_model_refuses_a_unit_whose_mandatory_env_file_is_gone(tmp_path: Path) -> None:

@@ -98,6 +98,16 @@ def test_the_ab_drop_in_is_left_out_and_a_promotion_is_read(tmp_path: Path, name
     assert u["promoted_dropin"].endswith(su.PROMOTED_DROPIN)
 
 
+def test_a_late_promotion_is_read_after_override_conf(tmp_path: Path) -> None:
+    """A systemctl edit unit's promotion (zx-...) sorts after override.conf: its line is the unit's."""
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a\n",
+                          {"override.conf": f"[Service]\nExecStart=\nExecStart={LLAMA} -m /edited\n",
+                           su.es.PROMOTED_DROPIN_LATE: f"[Service]\nExecStart=\nExecStart={LLAMA} -m /promoted\n"})
+    u = read(tmp_path, systemd)
+    assert u["argv"] == [LLAMA, "-m", "/promoted"]
+    assert u["promoted_dropin"].endswith(su.es.PROMOTED_DROPIN_LATE)
+
+
 @pytest.mark.parametrize("unit_text, dropins, says", [
     (f"[Service]\nExecStart={LLAMA} -m $MODEL\n", {}, r"uses \$MODEL, which the unit's Environment="),
     (f"[Service]\nEnvironment=M=/m\nExecStart={LLAMA} -m $M/t.gguf\n", {}, r"drops the whole word; write \$\{M\}"),

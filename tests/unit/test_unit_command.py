@@ -240,6 +240,32 @@ def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
         exec_promotion(env_form, "x", unit)
 
 
+def test_a_promotion_sorts_after_the_operators_override_conf() -> None:
+    """systemctl edit's override.conf sorts after 40-...: the promotion takes the late name (zx-, before the A/B's
+    zz- and the pins' zy-), so its ExecStart= is the one the unit runs; the other name is the one to remove."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
+
+    folder = "/etc/systemd/system/llama.service.d"
+    unit = unit_of(HAND)
+    report = _report(unit)
+    plain = exec_promotion(report, "d6", unit)
+    assert (plain["dropin"], plain["other_dropin"]) == (f"{folder}/{es.PROMOTED_DROPIN}",
+                                                        f"{folder}/{es.PROMOTED_DROPIN_LATE}")
+    # the collection's own drop-ins (an earlier late promotion, a pin, the A/B's) and an early one do not move it
+    ours = dict(unit, dropins=[f"{folder}/10-limits.conf", f"{folder}/{es.PROMOTED_DROPIN_LATE}",
+                               "/run/systemd/system/llama.service.d/zy-llmfleet-specdec-ran.conf"])
+    assert exec_promotion(report, "d6", ours)["dropin"] == f"{folder}/{es.PROMOTED_DROPIN}"
+    edited = dict(unit, dropins=[f"{folder}/{es.PROMOTED_DROPIN}", f"{folder}/override.conf"])
+    late = exec_promotion(report, "d6", edited)
+    assert (late["dropin"], late["other_dropin"]) == (f"{folder}/{es.PROMOTED_DROPIN_LATE}",
+                                                      f"{folder}/{es.PROMOTED_DROPIN}")
+    assert late["text"] == plain["text"]
+    assert sorted(["override.conf", es.PROMOTED_DROPIN_LATE, "zy-llmfleet-specdec-ran.conf",
+                   "zz-llmfleet-specdec.conf"]) == ["override.conf", es.PROMOTED_DROPIN_LATE,
+                                                    "zy-llmfleet-specdec-ran.conf", "zz-llmfleet-specdec.conf"]
+
+
 def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None:
     from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
     from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
