@@ -402,14 +402,14 @@ def command_drift(rendering: Mapping[str, Any] | None, live: Mapping[str, Any]) 
 
 
 def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir: str = "/run") -> Tuple[str, int] | None:
-    """A hand-written unit's endpoint from its command line; None for a form env unit or one that cannot be read
-    (the caller falls back to the unit's env, so that a restore never waits on a reading)."""
+    """A hand-written unit's endpoint from its command line; None for a form env unit. One that cannot be read now
+    (a failed candidate left no server to read; a promoted drop-in renamed on disk, which systemd still lists until
+    the restore's daemon-reload) answers where its armed dead-man waits for production, else None (the caller falls
+    back to the unit's env, so that a restore never waits on a reading)."""
     try:
         live = read_unit(unit, run, proc=proc, run_dir=run_dir)
-    except WrapperNotServingError:  # a failed candidate left no server to read: where its dead-man waits for production
-        return armed_endpoint(unit, run_dir)
     except SpecdecError:
-        return None
+        return armed_endpoint(unit, run_dir)
     if live.get("installed") and (live.get("form") == "exec" or live.get("kind") == "wrapper"):
         return str(live["endpoint"]["host"]), int(live["endpoint"]["port"])
     return None

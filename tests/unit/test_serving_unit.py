@@ -108,6 +108,25 @@ def test_a_late_promotion_is_read_after_override_conf(tmp_path: Path) -> None:
     assert u["promoted_dropin"].endswith(su.es.PROMOTED_DROPIN_LATE)
 
 
+def test_a_renamed_promotion_before_the_reload_restores_where_the_dead_man_waits(tmp_path: Path) -> None:
+    """promote.yml renames zx- to 40- and restarts through unit_override, whose daemon-reload comes after it reads
+    production's endpoint: the file systemd still lists is gone, so the reading refuses (run daemon-reload), and the
+    restore waits where the armed dead-man does, never on the default port (found on real systemd: 8080)."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+
+    systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a --port 8093\n",
+                          {su.es.PROMOTED_DROPIN_LATE: f"[Service]\nExecStart=\nExecStart={LLAMA} -m /p --port 8093\n"})
+    os.replace(systemd.dropins[0], systemd.dropins[0].replace(su.es.PROMOTED_DROPIN_LATE, su.es.PROMOTED_DROPIN))
+    with pytest.raises(su.UnitReadError, match="daemon-reload"):
+        read(tmp_path, systemd)
+    run_dir = str(tmp_path / "run")
+    assert su.production_endpoint("llama", systemd, proc=str(tmp_path / "proc"), run_dir=run_dir) is None
+    paths = sd.override_paths("llama.service", run_dir)
+    Path(paths.script).parent.mkdir(parents=True)
+    Path(paths.script).write_text(sd.render_rollback_script(paths, "/usr/bin/python3", "http://127.0.0.1:8093/health", 60))
+    assert su.production_endpoint("llama", systemd, proc=str(tmp_path / "proc"), run_dir=run_dir) == ("127.0.0.1", 8093)
+
+
 @pytest.mark.parametrize("unit_text, dropins, says", [
     (f"[Service]\nExecStart={LLAMA} -m $MODEL\n", {}, r"uses \$MODEL, which the unit's Environment="),
     (f"[Service]\nEnvironment=M=/m\nExecStart={LLAMA} -m $M/t.gguf\n", {}, r"drops the whole word; write \$\{M\}"),

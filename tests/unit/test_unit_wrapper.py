@@ -192,6 +192,7 @@ def test_a_failed_candidate_of_a_wrapper_unit_is_restored_on_the_endpoint_its_de
     Path(paths.script).parent.mkdir(parents=True)
     Path(paths.script).write_text(sd.render_rollback_script(paths, "/usr/bin/python3", "http://127.0.0.1:8092/health", 60))
     assert su.production_endpoint("llama", systemd, proc=str(tmp_path / "proc"), run_dir=run_dir) == ("127.0.0.1", 8092)
-    # a unit whose reading fails for another reason keeps the caller's fallback
+    # a unit whose reading fails for another reason: the armed dead-man's endpoint too, else the caller's fallback
     bad = Systemd(tmp_path / "b", f"{LLAMA} -m $NOPE", pid=42)
-    assert su.production_endpoint("llama", bad, proc=str(tmp_path / "proc"), run_dir=run_dir) is None
+    assert su.production_endpoint("llama", bad, proc=str(tmp_path / "proc"), run_dir=run_dir) == ("127.0.0.1", 8092)
+    assert su.production_endpoint("llama", bad, proc=str(tmp_path / "proc"), run_dir=str(tmp_path / "none")) is None
