@@ -432,7 +432,8 @@ def _wrapper_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str
 
 
 def promoted_dropins(unit: str, live: Mapping[str, Any]) -> Tuple[str, str]:
-    """Where the promotion goes, and the promoted drop-in's other name (removed once the new one is written).
+    """Where the promotion goes, and the promoted drop-in's other name (an earlier promotion found under it is
+    overwritten where it is and then renamed, ``playbooks/tasks/promote_exec.yml``: never two side by side).
 
     The usual name (``es.PROMOTED_DROPIN``) sorts before the drop-ins an operator writes; on a unit that has one
     sorting after it (``systemctl edit``'s ``override.conf``), which would reset the promoted ``ExecStart=`` or

@@ -170,7 +170,9 @@ serving_unit:
       description: Whether an A/B candidate's transient drop-in is in place (it was left out of the reading).
       type: bool
     promoted_dropin:
-      description: The promotion's drop-in, when an exec-form winner was promoted.
+      description: The promotion's drop-in (C(40-llmfleet-specdec-promoted.conf), or C(zx-llmfleet-specdec-promoted.conf)
+        on a unit with an operator drop-in sorting after the usual name), when a winner was promoted as a drop-in
+        (a hand-written unit's command line, a wrapper unit's variables); null otherwise.
       type: str
     running:
       description: The unit's main process now - C(pid), C(argv) (its C(/proc/<pid>/cmdline)) and whether it
