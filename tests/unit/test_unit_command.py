@@ -261,9 +261,12 @@ def test_a_promotion_sorts_after_the_operators_override_conf() -> None:
     assert (late["dropin"], late["other_dropin"]) == (f"{folder}/{es.PROMOTED_DROPIN_LATE}",
                                                       f"{folder}/{es.PROMOTED_DROPIN}")
     assert late["text"] == plain["text"]
-    assert sorted(["override.conf", es.PROMOTED_DROPIN_LATE, "zy-llmfleet-specdec-ran.conf",
-                   "zz-llmfleet-specdec.conf"]) == ["override.conf", es.PROMOTED_DROPIN_LATE,
-                                                    "zy-llmfleet-specdec-ran.conf", "zz-llmfleet-specdec.conf"]
+    # the late name sorts after an operator's override.conf and before every pin and the A/B's drop-in, which
+    # must still win over it (a renamed pin or drop-in that sorted before it would be overridden by the promotion)
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _pin, _systemd
+    ours_after = [_pin.BUILD_PIN_NAME, _pin.DEPLOY_PIN_NAME, _systemd.PIN_NAME, _systemd.DROPIN_NAME]
+    assert "override.conf" < es.PROMOTED_DROPIN_LATE < min(ours_after)
+    assert es.PROMOTED_DROPIN < "override.conf" and es.OWN_MARK in es.PROMOTED_DROPIN_LATE
 
 
 def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None:
