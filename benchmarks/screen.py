@@ -8,7 +8,8 @@ ratio, the screen's predicted decode tok/s and the measured one with their ratio
 pick (the best predicted K) equals the full sweep's winner (the best measured), and the production restarts each
 plan costs: the screen 0, its confirming A/B (baseline + the pick, 3 rounds) against the full sweep's (baseline +
 every K, 3 rounds). Goals: accepted length within 10 %, predicted tok/s within 25 %, the same winner, at most a third
-of the sweep's restarts.
+of the sweep's restarts. The screen times the verification as real rounds on a copy of the target where one fits
+(spec_screen's verify_copy=auto, as the A/B runs it); each bed's summary says whether it did.
 
 Run: make benchmark-screen (PYTHONPATH=tests:.build/collections .venv/bin/python benchmarks/screen.py)
 """
@@ -110,6 +111,11 @@ def main() -> int:
             pick, winner = got["best_k"], max(measured, key=measured.get)
             sweep = ROUNDS * (1 + len(measured))  # the baseline and every K, each round
             confirm = 2 * ROUNDS  # the baseline and the pick
+            copy = screen["production"].get("verify_copy") or {}
+            timed = (f"real rounds on a copy of the target ({copy['per_round_ms']:.3f} ms a round + "
+                     f"{copy['per_row_ms']:.3f} ms a row, {copy['requests']} requests)" if copy.get("used")
+                     else f"batches on production ({copy.get('why')})")
+            summary.append(f"{bed['bed']}/{cand['name']}: the verification timed as {timed}")
             summary.append(f"{bed['bed']}/{cand['name']} on {', '.join(shapes)}: production {base['tok_s']:.1f} "
                            f"tok/s; the screen picks K={pick}, the full sweep's winner is K={winner} "
                            f"({'same' if pick == winner else 'DIFFERENT'}); restarts: the screen 0 + its confirming "

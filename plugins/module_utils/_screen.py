@@ -249,9 +249,13 @@ def request_time_ms(steps: Sequence[tuple], t_s: float, verify: Mapping[int, flo
 
 def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Mapping[int, Sequence[float]],
             d_s: Sequence[float], prefill: Mapping[int, float], passes_per_token: int,
-            seed: int = 0) -> Dict[str, Any]:
+            seed: int = 0, correction: Mapping[int, float] | None = None,
+            corrections: Sequence[Mapping[int, float]] = ()) -> Dict[str, Any]:
     """Predicted decode tok/s of a replayed K with a 95 % interval: the requests resampled, and with them a
-    step time, a verification cost per batch and a drafter step drawn from their measured samples."""
+    step time, a verification cost per batch and a drafter step drawn from their measured samples.
+
+    ``correction`` (batch size -> factor, from a copy of the target: ``_screen_copy``) turns a timed batch into
+    what a real round of that many rows costs; ``corrections`` are its bootstrap draws, one drawn per resample."""
     def med(values: Sequence[float]) -> float:
         ordered = sorted(values)
         return ordered[len(ordered) // 2]
@@ -261,14 +265,18 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
         ms = sum(request_time_ms(steps, ts, ver, ds, prefill, passes_per_token) for steps in reqs)
         return 1000.0 * tokens / ms if ms > 0 else 0.0
 
+    def corrected(ver: Mapping[int, float], factors: Mapping[int, float] | None) -> Dict[int, float]:
+        return {b: ms * float((factors or {}).get(int(b), 1.0)) for b, ms in ver.items()}
+
     reqs = result["requests"]
-    verify = {b: med(v) for b, v in verify_samples.items() if v}
+    verify = corrected({b: med(v) for b, v in verify_samples.items() if v}, correction)
     point = rate(reqs, med(t_s), verify, med(d_s) if d_s else 0.0)
     rng = random.Random(f"{seed}:{result['k']}")
     draws = []
     for _dummy in range(RESAMPLES):
         pick = [reqs[rng.randrange(len(reqs))] for _r in reqs]
-        ver = {b: rng.choice(list(v)) for b, v in verify_samples.items() if v}
+        ver = corrected({b: rng.choice(list(v)) for b, v in verify_samples.items() if v},
+                        rng.choice(list(corrections)) if corrections else correction)
         draws.append(rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0))
     draws.sort()
     return {"predicted_tok_s": point, "low": draws[int(0.025 * len(draws))], "high": draws[int(0.975 * len(draws)) - 1]}
@@ -300,25 +308,30 @@ class SideServer:
     stopped in every case by :meth:`stop`."""
 
     def __init__(self, name: str, argv: Sequence[str], port: int, *, launch: str = "systemd",
-                 runtime_max: int = 900, health_timeout: float = 120) -> None:
+                 runtime_max: int = 900, health_timeout: float = 120, env: Mapping[str, str] | None = None,
+                 what: str = "its drafter's side server", port_option: str = "drafter_port") -> None:
         self.name, self.argv, self.port, self.launch = name, list(argv), int(port), launch
         self.runtime_max, self.health_timeout = int(runtime_max), float(health_timeout)
+        self.env = dict(env) if env is not None else None
+        self.what, self.port_option = what, port_option
         self.unit = f"specdec-screen-{os.getpid()}-{''.join(c if c.isalnum() else '-' for c in name)[:40]}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Endpoint:
         if not port_free(self.port):
-            raise ScreenError(f"candidate {self.name}: port {self.port} for its drafter's side server is taken; "
-                              "give spec_screen another drafter_port (or 0 for a free one)")
+            raise ScreenError(f"candidate {self.name}: port {self.port} for {self.what} is taken; "
+                              f"give spec_screen another {self.port_option} (or 0 for a free one)")
         if self.launch == "systemd":
+            setenv = [f"--setenv={k}={v}" for k, v in sorted((self.env or {}).items())]
             cmd = ["systemd-run", "--quiet", "--collect", f"--unit={self.unit}",
-                   f"--property=RuntimeMaxSec={self.runtime_max}", "--", *self.argv]
+                   f"--property=RuntimeMaxSec={self.runtime_max}", *setenv, "--", *self.argv]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise ScreenError(f"candidate {self.name}: systemd-run could not start its drafter "
-                                  f"({done.stderr.strip()[:300]}); check the llama-server path and the draft model")
+                raise ScreenError(f"candidate {self.name}: systemd-run could not start {self.what} "
+                                  f"({done.stderr.strip()[:300]}); check the llama-server path and the model")
         else:
-            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         env=self.env)
         client = Endpoint(f"http://127.0.0.1:{self.port}", timeout=120)
         deadline = time.monotonic() + self.health_timeout
         while True:
@@ -328,8 +341,8 @@ class SideServer:
             except EndpointError as exc:
                 if (self.proc is not None and self.proc.poll() is not None) or time.monotonic() > deadline:
                     self.stop()
-                    raise ScreenError(f"candidate {self.name}: its drafter's side server did not answer /health "
-                                      f"on port {self.port} ({exc}); check the draft model and that it fits beside "
+                    raise ScreenError(f"candidate {self.name}: {self.what} did not answer /health "
+                                      f"on port {self.port} ({exc}); check the model and that it fits beside "
                                       "production") from None
                 time.sleep(0.2)
 
@@ -448,7 +461,7 @@ def _check_vocab(name: str, target: str | None, draft: str) -> str | None:
 
 def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], prod: Mapping[str, Any],
            verify_samples: Mapping[int, Sequence[float]], d_s: Sequence[float], prefill: Mapping[int, float],
-           seed: int) -> Dict[str, Any]:
+           seed: int, copy: Mapping[str, Any] | None = None) -> Dict[str, Any]:
     passes = 1 if plan["chain"] == ["draft-simple"] else 0
     t_s = prod["step_ms"]
     t_med = _median(t_s)
@@ -457,9 +470,12 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
     for k, result in sorted(replays.items()):
         row = {key: result[key] for key in ("rounds", "drafted", "accepted", "mean_accepted_len", "acceptance",
                                             "accept_per_pos")}
-        row.update(predict(result, t_s, verify_samples, d_s, prefill, passes, seed))
+        factors = (copy or {}).get("corrections") if (copy or {}).get("used") else None
+        row.update(predict(result, t_s, verify_samples, d_s, prefill, passes, seed, correction=factors,
+                           corrections=(copy or {}).get("draws") or () if factors else ()))
         row["predicted_speedup"] = row["predicted_tok_s"] / rate if rate else None
-        verify_k = _interp({b: _median(v) for b, v in verify_samples.items() if v}, k + 1) or 1.1 * t_med
+        verify_k = _interp({b: _median(v) * float((factors or {}).get(b, 1.0))
+                            for b, v in verify_samples.items() if v}, k + 1) or 1.1 * t_med
         try:
             row["breakeven_p"] = be.breakeven_p(k, _median(d_s) if (passes and d_s) else 0.0, t_med, rate,
                                                 verify_factor=verify_k / t_med, draft_passes=k * passes)
@@ -473,13 +489,19 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                llama_server: str | None = None, drafter_port: int = 0, drafter_threads: int = 1,
                drafter_ctx: int = 4096, drafter_runtime_max: int = 900, drafter_launch: str = "systemd",
                shapes: Any = None, prompts_per_shape: int = 2, sizes: Mapping[str, Any] | None = None,
-               seed: int = 0, timeout: int = 600, candidate_errors: str = "fail") -> Dict[str, Any]:
+               seed: int = 0, timeout: int = 600, candidate_errors: str = "fail",
+               verify_copy: str = "auto") -> Dict[str, Any]:
     """The screen of ``candidates`` against production at ``endpoint`` (spec_screen's ``screen``).
 
     A candidate that cannot be screened (its draft missing or of another vocabulary, its side server's port taken,
     its drafter not answering) raises ScreenError naming it; with ``candidate_errors="report"`` it is reported
     instead (``screenable: false``, ``error``) and the other candidates are screened. Production not answering
-    always raises."""
+    always raises.
+
+    ``verify_copy``: ``auto`` times real rounds on a copy of the target where one fits (``_screen_copy``),
+    ``never`` keeps production's batch timings alone."""
+    if verify_copy not in ("auto", "never"):
+        raise ScreenError(f"verify_copy: {verify_copy!r} is not auto or never")
     if candidate_errors not in ("fail", "report"):
         raise ScreenError(f"candidate_errors: {candidate_errors!r} is not fail or report")
     from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import plan_requests
@@ -500,7 +522,8 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     prod = production_continuations(client, prompts)
     conts = prod["continuations"]
     ks = sorted({k for p in plans if p["screenable"] for k in p["ks"]})
-    verify = measure_batches(client, [k + 1 for k in ks]) if ks else {"samples": {}, "notes": []}
+    grid = verify_grid(ks)
+    verify = measure_batches(client, grid) if ks else {"samples": {}, "notes": []}
     verify_samples = {int(b): list(v) for b, v in verify["samples"].items() if v}
     props = client.props() or {}
     production = {"t_s_ms": _median(prod["step_ms"]), "tok_s": _median(prod["rates"]),
@@ -509,6 +532,7 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                   "notes": list(verify.get("notes") or [])}
     prod_facts = {"step_ms": prod["step_ms"], "tok_s": production["tok_s"]}
     out: Dict[str, Any] = {}
+    replayed: Dict[str, tuple] = {}
     for plan in plans:
         row: Dict[str, Any] = {"screenable": plan["screenable"], "why": plan["why"], "chain": plan["chain"],
                                "ks": plan["ks"]}
@@ -531,9 +555,53 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
             replays = {k: replay_ngram(conts, kind, plan["ngram"][kind], k) for k in plan["ks"]}
             d_s, prefill = [], {}
         row["d_s_ms"] = _median(d_s) if d_s else 0.0
-        row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed)
+        replayed[plan["name"]] = (replays, d_s, prefill)
+    copy = _verify_copy(verify_copy, replayed, client, props, conts, grid, timeout, seed, drafter_launch,
+                        drafter_runtime_max)
+    production["verify_copy"] = {key: copy.get(key) for key in ("used", "why", "per_round_ms", "per_row_ms",
+                                                                 "requests", "rounds", "model", "copy_verify_ms")
+                                 if key in copy}
+    if copy.get("used"):
+        production["verify_batch_ms"] = production["verify_ms"]
+        production["verify_ms"] = {str(b): _median(v) * copy["corrections"].get(b, 1.0)
+                                   for b, v in sorted(verify_samples.items())}
+    for plan in plans:
+        if plan["name"] not in replayed:
+            continue
+        replays, d_s, prefill = replayed[plan["name"]]
+        row = out[plan["name"]]
+        row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed, copy)
         row["best_k"] = int(max(row["k"], key=lambda k: row["k"][k]["predicted_tok_s"]))
     return {"production": production, "candidates": out, "restarts": 0}
+
+
+COPY_GRID_MAX = 17
+
+
+def verify_grid(ks: Sequence[int]) -> List[int]:
+    """The batch sizes timed: K + 1 of every depth screened, and every size from 1 to the deepest (at most
+    :data:`COPY_GRID_MAX`), so that a round's shorter drafts are timed, not stretched from their neighbours."""
+    if not ks:
+        return []
+    return sorted({k + 1 for k in ks} | set(range(1, min(max(ks) + 1, COPY_GRID_MAX) + 1)))
+
+
+def _verify_copy(mode: str, replayed: Mapping[str, tuple], client: Endpoint, props: Mapping[str, Any],
+                 conts: Sequence[Mapping[str, Any]], grid: Sequence[int], timeout: int, seed: int,
+                 launch: str, runtime_max: int) -> Dict[str, Any]:
+    """The copy of the target that times real rounds (``_screen_copy``), once some candidate was replayed."""
+    from urllib.parse import urlsplit
+
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _screen_copy
+
+    if mode == "never":
+        return {"used": False, "why": "verify_copy=never: the verification is timed as batches on production"}
+    if not replayed:
+        return {"used": False, "why": "no candidate was replayed"}
+    parts = urlsplit(client.base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return _screen_copy.run_copy(port, props.get("model_path"), conts, grid, launch=launch,
+                                 runtime_max=runtime_max, timeout=timeout, seed=seed)
 
 
 def _screen_draft(plan: Mapping[str, Any], conts: Sequence[Mapping[str, Any]], props: Mapping[str, Any],

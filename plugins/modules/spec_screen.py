@@ -29,11 +29,15 @@ description:
     the reason; the A/B measures them.
   - Per candidate and K, the predicted decode tokens/s with a 95 % interval (the requests resampled with the measured
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
-  - The prediction counts the verification batch and the drafter's steps, the parts requests can time. On a target
-    whose step is mostly fixed cost per call (a tiny model, well under a millisecond a token) the server's own
-    work per drafted token is not all in it and the rate is over-predicted (1.1-2.2x on the project's tiny test bed,
-    1.0-1.2x on its memory-bound one). That errs toward sending a candidate to the confirming A/B, never toward
-    screening out a winner.
+  - The prediction counts the verification and the drafter's steps. A verification is timed as a batch of K + 1
+    tokens on a cached prefix on production, and, where a copy of the target fits beside production
+    (O(verify_copy)), corrected by what a real speculative round costs: a copy of the target with production's own
+    arguments is started twice on a loopback port with C(ngram-mod) at two depths, its requests' decode times are
+    fitted as a fixed cost per round plus a cost per verified row, and the ratio of that round to the copy's own
+    timed batch multiplies production's batch times. Without the copy (a GPU host, production's model file not
+    readable, not enough memory) the rate of a target whose step is mostly fixed cost per call (a tiny model, well
+    under a millisecond a token) is over-predicted (1.1-2.2x on the project's tiny test bed); that errs toward
+    sending a candidate to the confirming A/B, never toward screening out a winner.
 options:
   endpoint:
     description: Production's base URL (llama-server), as the A/B measures it.
@@ -96,6 +100,17 @@ options:
     description: Seconds one request may take.
     type: int
     default: 600
+  verify_copy:
+    description:
+      - V(auto) times real speculative rounds on a copy of the target beside production where one fits (no GPU
+        device node on the host, production's model file readable, C(MemAvailable) at least 1.25 times the file
+        plus 512 MiB, production's llama-server process found by its port) and corrects the verification cost
+        with them; it is started only once some candidate was replayed, as a transient unit with the drafter's
+        runtime limit, and stopped in every case. The result says whether it was used and why not.
+      - V(never) times the verification as batches on production alone.
+    type: str
+    choices: [auto, never]
+    default: auto
   candidate_errors:
     description:
       - What a candidate that cannot be screened does (its draft missing or of another vocabulary, its side
@@ -138,8 +153,12 @@ screen:
   type: dict
   contains:
     production:
-      description: C(t_s_ms) (production's step, median), C(tok_s) (its measured decode rate), C(verify_ms) keyed by
-        batch size (K + 1), C(requests).
+      description:
+        - C(t_s_ms) (production's step, median), C(tok_s) (its measured decode rate), C(verify_ms) keyed by batch
+          size (K + 1; a real round's cost where the copy was used), C(verify_batch_ms) (the batches as timed on
+          production, where the copy corrected them), C(requests).
+        - C(verify_copy), how the verification was timed - C(used), C(why) (when not), C(per_round_ms),
+          C(per_row_ms), C(requests), C(rounds), C(model) and C(copy_verify_ms) (the copy's own batches).
       type: dict
     candidates:
       description:
@@ -181,6 +200,7 @@ ARGUMENT_SPEC = dict(
     seed=dict(type="int", default=0),
     timeout=dict(type="int", default=600),
     candidate_errors=dict(type="str", choices=["fail", "report"], default="fail"),
+    verify_copy=dict(type="str", choices=["auto", "never"], default="auto"),
 )
 
 

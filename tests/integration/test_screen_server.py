@@ -40,6 +40,23 @@ def _served(server: Any, conts: list[dict[str, Any]]) -> dict[str, float]:
             "mean_accepted_len": 1.0 + (after["accepted_tokens"] - before["accepted_tokens"]) / drafts}
 
 
+def _serving(model: Path) -> list[int]:
+    """The processes running now whose command line names ``model`` (production, and any copy the screen left)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    words = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if str(model).encode() in words:
+                found.append(int(entry))
+    return sorted(found)
+
+
 @pytest.fixture(scope="module")
 def production(llama_server_bin: str, standard_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     from testbed.server import LlamaServer
@@ -118,6 +135,14 @@ def test_the_module_contract_and_no_restart(production, standard_models, llama_s
     ], llama_server=llama_server_bin, drafter_launch="process", shapes=["prose", "echo"], sizes=SIZES)
     assert screen["restarts"] == 0 and server.pid == pid and server.returncode is None
     assert screen["production"]["t_s_ms"] > 0 and {"3", "5"} <= set(screen["production"]["verify_ms"])
+    # the verification timed as real rounds on a copy of the target (production's own -t 1, on a loopback port),
+    # stopped after: the rounds cost more than the batches they verify
+    copy = screen["production"]["verify_copy"]
+    assert copy["used"] is True, copy
+    assert copy["per_row_ms"] > 0 and copy["per_round_ms"] >= 0 and copy["requests"] >= 6 and copy["rounds"] > 0
+    assert set(screen["production"]["verify_batch_ms"]) == set(screen["production"]["verify_ms"])
+    assert sum(screen["production"]["verify_ms"].values()) > sum(screen["production"]["verify_batch_ms"].values())
+    assert _serving(standard_models["target.gguf"]) == [pid]
     draft = screen["candidates"]["draft"]
     assert draft["screenable"] is True and draft["best_k"] in (2, 4) and draft["d_s_ms"] > 0
     for k in ("2", "4"):
