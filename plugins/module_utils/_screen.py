@@ -228,10 +228,12 @@ def _interp(costs: Mapping[int, float], size: float) -> float | None:
 
 
 def request_time_ms(steps: Sequence[tuple], t_s: float, verify: Mapping[int, float],
-                    d_s: float, prefill: Mapping[int, float], passes_per_token: int) -> float:
+                    d_s: float, prefill: Mapping[int, float], passes_per_token: int,
+                    drafter: Sequence[float] | None = None) -> float:
     """One request's decode time replayed: a step without a draft is one target step; a round is the
     verification of its draft + 1 tokens and the drafter's work (its prefill of the tokens accepted since its last
-    round, then one step per further drafted token; an n-gram lookup costs nothing)."""
+    round, then one step per further drafted token; an n-gram lookup costs nothing). ``drafter``, where a copy of
+    the target timed the drafter in the server's own rounds, is its ``(per_round_ms, per_token_ms)`` instead."""
     total = 0.0
     since = 1
     for drafted, accepted in steps:
@@ -240,7 +242,9 @@ def request_time_ms(steps: Sequence[tuple], t_s: float, verify: Mapping[int, flo
             since += 1
             continue
         total += _interp(verify, drafted + 1) or t_s * (drafted + 1)
-        if passes_per_token:
+        if passes_per_token and drafter:
+            total += float(drafter[0]) + float(drafter[1]) * drafted
+        elif passes_per_token:
             pre = _interp(prefill, since) if prefill else None
             total += (pre if pre is not None else d_s) + max(drafted - 1, 0) * d_s
         since = accepted + 1
@@ -250,19 +254,23 @@ def request_time_ms(steps: Sequence[tuple], t_s: float, verify: Mapping[int, flo
 def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Mapping[int, Sequence[float]],
             d_s: Sequence[float], prefill: Mapping[int, float], passes_per_token: int,
             seed: int = 0, correction: Mapping[int, float] | None = None,
-            corrections: Sequence[Mapping[int, float]] = ()) -> Dict[str, Any]:
+            corrections: Sequence[Mapping[int, float]] = (), drafter: Sequence[float] | None = None,
+            drafters: Sequence[Sequence[float]] = ()) -> Dict[str, Any]:
     """Predicted decode tok/s of a replayed K with a 95 % interval: the requests resampled, and with them a
     step time, a verification cost per batch and a drafter step drawn from their measured samples.
 
     ``correction`` (batch size -> factor, from a copy of the target: ``_screen_copy``) turns a timed batch into
-    what a real round of that many rows costs; ``corrections`` are its bootstrap draws, one drawn per resample."""
+    what a real round of that many rows costs; ``corrections`` are its bootstrap draws, one drawn per resample.
+    ``drafter`` (``(per_round_ms, per_token_ms)`` from the copy run with the draft) replaces the side server's
+    prefill and step; ``drafters`` are its bootstrap draws."""
     def med(values: Sequence[float]) -> float:
         ordered = sorted(values)
         return ordered[len(ordered) // 2]
 
-    def rate(reqs: Sequence[Sequence[tuple]], ts: float, ver: Mapping[int, float], ds: float) -> float:
+    def rate(reqs: Sequence[Sequence[tuple]], ts: float, ver: Mapping[int, float], ds: float,
+             dr: Sequence[float] | None = drafter) -> float:
         tokens = sum(sum(a + 1 for d, a in steps if d) + sum(1 for d, _a in steps if not d) for steps in reqs)
-        ms = sum(request_time_ms(steps, ts, ver, ds, prefill, passes_per_token) for steps in reqs)
+        ms = sum(request_time_ms(steps, ts, ver, ds, prefill, passes_per_token, dr) for steps in reqs)
         return 1000.0 * tokens / ms if ms > 0 else 0.0
 
     def corrected(ver: Mapping[int, float], factors: Mapping[int, float] | None) -> Dict[int, float]:
@@ -277,7 +285,8 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
         pick = [reqs[rng.randrange(len(reqs))] for _r in reqs]
         ver = corrected({b: rng.choice(list(v)) for b, v in verify_samples.items() if v},
                         rng.choice(list(corrections)) if corrections else correction)
-        draws.append(rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0))
+        draws.append(rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0,
+                          rng.choice(list(drafters)) if drafters else drafter))
     draws.sort()
     return {"predicted_tok_s": point, "low": draws[int(0.025 * len(draws))], "high": draws[int(0.975 * len(draws)) - 1]}
 
@@ -471,13 +480,19 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
         row = {key: result[key] for key in ("rounds", "drafted", "accepted", "mean_accepted_len", "acceptance",
                                             "accept_per_pos")}
         factors = (copy or {}).get("corrections") if (copy or {}).get("used") else None
+        timed_drafter = ((copy or {}).get("drafters") or {}).get(plan["name"]) if factors and passes else None
         row.update(predict(result, t_s, verify_samples, d_s, prefill, passes, seed, correction=factors,
-                           corrections=(copy or {}).get("draws") or () if factors else ()))
+                           corrections=(copy or {}).get("draws") or () if factors else (),
+                           drafter=timed_drafter["fit"] if timed_drafter else None,
+                           drafters=timed_drafter["draws"] if timed_drafter else ()))
         row["predicted_speedup"] = row["predicted_tok_s"] / rate if rate else None
         verify_k = _interp({b: _median(v) * float((factors or {}).get(b, 1.0))
                             for b, v in verify_samples.items() if v}, k + 1) or 1.1 * t_med
+        d_step = _median(d_s) if (passes and d_s) else 0.0
+        if timed_drafter:
+            d_step = (timed_drafter["fit"][0] + timed_drafter["fit"][1] * k) / k
         try:
-            row["breakeven_p"] = be.breakeven_p(k, _median(d_s) if (passes and d_s) else 0.0, t_med, rate,
+            row["breakeven_p"] = be.breakeven_p(k, d_step, t_med, rate,
                                                 verify_factor=verify_k / t_med, draft_passes=k * passes)
         except be.BreakevenError:
             row["breakeven_p"] = None
@@ -556,11 +571,16 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
             d_s, prefill = [], {}
         row["d_s_ms"] = _median(d_s) if d_s else 0.0
         replayed[plan["name"]] = (replays, d_s, prefill)
+    drafts = [{"name": p["name"], "draft": p["draft"], "k": max(p["ks"]), "p_min": p["p_min"], "n_min": p["n_min"]}
+              for p in plans if p["name"] in replayed and p["chain"] == ["draft-simple"]]
     copy = _verify_copy(verify_copy, replayed, client, props, conts, grid, timeout, seed, drafter_launch,
-                        drafter_runtime_max)
-    production["verify_copy"] = {key: copy.get(key) for key in ("used", "why", "per_round_ms", "per_row_ms",
-                                                                 "requests", "rounds", "model", "copy_verify_ms")
-                                 if key in copy}
+                        drafter_runtime_max, drafts)
+    shown = ("used", "why", "per_round_ms", "per_row_ms", "requests", "rounds", "model", "copy_verify_ms")
+    production["verify_copy"] = {key: copy.get(key) for key in shown if key in copy}
+    for name, timed_drafter in (copy.get("drafters") or {}).items():
+        out[name]["drafter_copy"] = ({"per_round_ms": timed_drafter["fit"][0], "per_token_ms": timed_drafter["fit"][1],
+                                      "requests": timed_drafter["requests"]} if "fit" in timed_drafter
+                                     else {"why": timed_drafter["why"]})
     if copy.get("used"):
         production["verify_batch_ms"] = production["verify_ms"]
         production["verify_ms"] = {str(b): _median(v) * copy["corrections"].get(b, 1.0)
@@ -588,7 +608,7 @@ def verify_grid(ks: Sequence[int]) -> List[int]:
 
 def _verify_copy(mode: str, replayed: Mapping[str, tuple], client: Endpoint, props: Mapping[str, Any],
                  conts: Sequence[Mapping[str, Any]], grid: Sequence[int], timeout: int, seed: int,
-                 launch: str, runtime_max: int) -> Dict[str, Any]:
+                 launch: str, runtime_max: int, drafts: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
     """The copy of the target that times real rounds (``_screen_copy``), once some candidate was replayed."""
     from urllib.parse import urlsplit
 
@@ -600,7 +620,7 @@ def _verify_copy(mode: str, replayed: Mapping[str, tuple], client: Endpoint, pro
         return {"used": False, "why": "no candidate was replayed"}
     parts = urlsplit(client.base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    return _screen_copy.run_copy(port, props.get("model_path"), conts, grid, launch=launch,
+    return _screen_copy.run_copy(port, props.get("model_path"), conts, grid, drafts=drafts, launch=launch,
                                  runtime_max=runtime_max, timeout=timeout, seed=seed)
 
 

@@ -13,7 +13,10 @@ memory for a second copy), the copy is started twice on a loopback port with pro
 environment (its port, keys, model source and speculation taken out) and ``ngram-mod`` at two depths, and given the
 screen's prompts. Each request's decode time, its steps and its rows (``timings``: ``predicted_n``, ``draft_n``,
 ``draft_n_accepted``) fit ``time = steps x per_round_ms + rows x per_row_ms``; the same copy's batches are timed
-as production's were, and the ratio of the fitted round to the batch corrects production's batch costs. A host
+as production's were, and the ratio of the fitted round to the batch corrects production's batch costs. Each
+plain draft model is run on the copy too (depths 1 and its deepest K): what its rounds cost beyond that fitted
+verification is the drafter's, fitted per round and per drafted token (a drafter in the server's own rounds costs
+more than its side server's steps: on the project's tiny bed 0.8 ms a round and 0.4 a token against 0.33). A host
 where a copy does not fit keeps the batch costs, and the screen says so (``verify_copy.used: false`` with why).
 Production is never restarted or reconfigured; the copy is a transient unit with a runtime limit, stopped in every
 case.
@@ -46,17 +49,33 @@ def _dropped(opt: Any) -> bool:
     return any(name.startswith(DROP_PREFIXES) for name in opt.names if name.startswith("--"))
 
 
-def copy_args(argv: Sequence[str], model: str, port: int, n_max: int) -> List[str]:
+def ngram_spec(n_max: int) -> List[str]:
+    """The copy's own proposer for timing the target's rounds: ``ngram-mod`` at depth ``n_max``, drafting from a
+    match of 8 tokens and down to one token."""
+    return ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(int(n_max)), "--spec-ngram-mod-n-min", "1",
+            "--spec-ngram-mod-n-match", "8"]
+
+
+def draft_spec(draft: str, n_max: int, p_min: float = 0.0, n_min: int = 0) -> List[str]:
+    """A draft-simple candidate's speculation, as the copy runs it to time the drafter in the server's rounds."""
+    out = ["--spec-type", "draft-simple", "--spec-draft-model", str(draft), "--spec-draft-n-max", str(int(n_max))]
+    if p_min:
+        out += ["--spec-draft-p-min", str(p_min)]
+    if n_min:
+        out += ["--spec-draft-n-min", str(int(n_min))]
+    return out
+
+
+def copy_args(argv: Sequence[str], model: str, port: int, spec: Sequence[str]) -> List[str]:
     """The copy's command line: production's binary and arguments less what :data:`DROP_PREFIXES` names, then its
-    own model file, loopback port, one slot, a small context and ``ngram-mod`` at depth ``n_max``."""
+    own model file, loopback port, one slot, a small context and ``spec`` (:func:`ngram_spec`, :func:`draft_spec`)."""
     words = [str(w) for w in argv]
     keep: List[str] = [words[0]] if words else []
     for start, end, opt in _llama_walk(words[1:]):
         if opt is None or not _dropped(opt):
             keep += words[1 + start:1 + end]
     return [*keep, "-m", model, "--host", "127.0.0.1", "--port", str(int(port)), "-c", str(CTX), "-np", "1",
-            "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(int(n_max)),
-            "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-match", "8"]
+            *spec]
 
 
 def copy_env(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -188,14 +207,46 @@ def production_process(port: int, proc: Any = None) -> Tuple[List[str], Dict[str
     return argv, view.environ(pid), binary
 
 
+def _served(side: Any, conts: Sequence[Mapping[str, Any]], timeout: int, grid: Sequence[int] | None) -> tuple:
+    """The copy's requests: one warm-up, then every prompt at its budget; (its points, its timed batches)."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import measure_batches
+
+    client = side.start()
+    try:
+        client.timeout = timeout
+        client._json("POST", "/completion", {"prompt": list(conts[0]["prompt"]), "n_predict": 8,
+                                             "temperature": 0.0, "cache_prompt": False})  # warm-up
+        points = []
+        for cont in conts:
+            reply = client._json("POST", "/completion", {"prompt": list(cont["prompt"]),
+                                                         "n_predict": int(cont["budget"]), "temperature": 0.0,
+                                                         "cache_prompt": False})
+            timings = reply.get("timings") or {}
+            point = request_point(timings)
+            if point:
+                points.append((*point, int(timings.get("draft_n") or 0)))
+        batches = {}
+        if grid:
+            timed = measure_batches(client, list(grid))
+            batches = {int(b): list(v) for b, v in timed["samples"].items() if v}
+        return points, batches
+    finally:
+        side.stop()
+
+
 def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str, Any]], grid: Sequence[int], *,
-             launch: str = "systemd", runtime_max: int = 900, timeout: int = 600, seed: Any = 0,
-             proc: Any = None, root: str = "/", meminfo: str | None = None) -> Dict[str, Any]:
+             drafts: Sequence[Mapping[str, Any]] = (), launch: str = "systemd", runtime_max: int = 900,
+             timeout: int = 600, seed: Any = 0, proc: Any = None, root: str = "/",
+             meminfo: str | None = None) -> Dict[str, Any]:
     """Time real speculative rounds on a copy of the target (see the module's doc), its batches on ``grid`` (the
-    batch sizes production's were timed on). Returns ``used`` and ``why``
-    and, when used, ``per_round_ms``, ``per_row_ms``, ``requests``, ``rounds``, ``corrections`` (batch size ->
-    factor), ``draws`` (the bootstrap's correction dicts) and ``copy_verify_ms``."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import EndpointError, measure_batches
+    batch sizes production's were timed on). ``drafts`` (``name``, ``draft``, ``k``, ``p_min``, ``n_min``): each
+    draft-simple candidate is run on the copy at depths 1 and ``k``, and what its rounds cost beyond the target's
+    fitted verification is fitted as the drafter's cost per round plus per drafted token.
+
+    Returns ``used`` and ``why`` and, when used, ``per_round_ms``, ``per_row_ms``, ``requests``, ``rounds``,
+    ``corrections`` (batch size -> factor), ``draws`` (the bootstrap's correction dicts), ``copy_verify_ms`` and
+    ``drafters`` (name -> ``fit`` ``(per_round_ms, per_token_ms)``, ``draws``, or ``why`` when it could not)."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import EndpointError
     from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
     from ansible_collections.llmfleet.specdec.plugins.module_utils._screen import ScreenError, SideServer, free_port
 
@@ -209,47 +260,52 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
         return {"used": False, "why": found}
     argv, environ, binary = found
     env = copy_env(environ)
+
+    def side(spec: Sequence[str]) -> Any:
+        port = free_port()
+        return SideServer("target copy", [binary, *copy_args(argv, str(model), port, spec)[1:]], port,
+                          launch=launch, runtime_max=runtime_max, env=env, what="the copy of the target",
+                          port_option="port")
+
     points: List[Tuple[int, int, float]] = []
     batches: Dict[int, List[float]] = {}
     depths = (2, max(8, min(max(grid) - 1, 16)))
-    for n_max in depths:
-        port = free_port()
-        side = SideServer("target copy", [binary, *copy_args(argv, str(model), port, n_max)[1:]], port,
-                          launch=launch, runtime_max=runtime_max, env=env, what="the copy of the target",
-                          port_option="port")
-        try:
-            client = side.start()
-        except ScreenError as exc:
-            return {"used": False, "why": f"the copy of the target did not start ({exc})"}
-        try:
-            client.timeout = timeout
-            first = conts[0]
-            client._json("POST", "/completion", {"prompt": list(first["prompt"]), "n_predict": 8,
-                                                 "temperature": 0.0, "cache_prompt": False})  # warm-up
-            for cont in conts:
-                reply = client._json("POST", "/completion", {"prompt": list(cont["prompt"]),
-                                                             "n_predict": int(cont["budget"]), "temperature": 0.0,
-                                                             "cache_prompt": False})
-                point = request_point(reply.get("timings") or {})
-                if point:
-                    points.append(point)
-            if n_max == depths[-1]:
-                timed = measure_batches(client, list(grid))
-                batches = {int(b): list(v) for b, v in timed["samples"].items() if v}
-        except EndpointError as exc:
-            return {"used": False, "why": f"the copy of the target stopped answering ({exc})"}
-        finally:
-            side.stop()
-    got = fit(points)
+    try:
+        for n_max in depths:
+            got, timed = _served(side(ngram_spec(n_max)), conts, timeout, grid if n_max == depths[-1] else None)
+            points += [(s, r, m) for s, r, m, _d in got]
+            batches = timed or batches
+    except (ScreenError, EndpointError) as exc:
+        return {"used": False, "why": f"the copy of the target did not serve its requests ({exc})"}
+    got_fit = fit(points)
     med = {b: sorted(v)[len(v) // 2] for b, v in batches.items()}
-    if got is None or not med:
+    if got_fit is None or not med:
         return {"used": False, "why": f"the copy's {len(points)} requests could not separate a round's fixed cost "
                                       "from its cost per row (too few drafted)"}
-    per_round, per_row = got
+    per_round, per_row = got_fit
     draws = [corrections(r, w, {b: v[random.Random(f"{seed}:{i}:{b}").randrange(len(v))]
                                 for b, v in batches.items()})
              for i, (r, w) in enumerate(bootstrap(points, seed))]
+    drafters: Dict[str, Any] = {}
+    for item in drafts:
+        got = []
+        try:
+            for k in sorted({1, int(item["k"])}):  # two depths, so that a round's cost and a token's differ
+                got += _served(side(draft_spec(item["draft"], k, item.get("p_min") or 0.0, item.get("n_min") or 0)),
+                               conts, timeout, None)[0]
+        except (ScreenError, EndpointError) as exc:
+            drafters[item["name"]] = {"why": f"the copy did not serve with the draft ({exc})"}
+            continue
+        # what the rounds cost beyond the target's own (per_round, per_row): the drafter's, per round and token
+        rest = [(s, d, m - s * per_round - r * per_row) for s, r, m, d in got if d > 0]
+        drafter = fit(rest)
+        if drafter is None:
+            drafters[item["name"]] = {"why": f"its {len(rest)} requests could not separate the drafter's cost per "
+                                             "round from its cost per token"}
+            continue
+        drafters[item["name"]] = {"fit": list(drafter), "requests": len(rest),
+                                  "draws": [list(x) for x in bootstrap(rest, f"{seed}:{item['name']}")]}
     return {"used": True, "why": None, "per_round_ms": per_round, "per_row_ms": per_row, "requests": len(points),
             "rounds": sum(s for s, _r, _m in points), "model": model,
             "corrections": corrections(per_round, per_row, med), "draws": draws,
-            "copy_verify_ms": {str(b): ms for b, ms in sorted(med.items())}}
+            "copy_verify_ms": {str(b): ms for b, ms in sorted(med.items())}, "drafters": drafters}

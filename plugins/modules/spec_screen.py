@@ -34,7 +34,10 @@ description:
     (O(verify_copy)), corrected by what a real speculative round costs: a copy of the target with production's own
     arguments is started twice on a loopback port with C(ngram-mod) at two depths, its requests' decode times are
     fitted as a fixed cost per round plus a cost per verified row, and the ratio of that round to the copy's own
-    timed batch multiplies production's batch times. Without the copy (a GPU host, production's model file not
+    timed batch multiplies production's batch times. A plain draft model is then run on the copy too, at depths 1
+    and its deepest K, and what its rounds cost beyond that verification is fitted as the drafter's cost per round
+    plus per drafted token, which replaces its side server's steps (the replay's acceptance stays the side
+    server's). Without the copy (a GPU host, production's model file not
     readable, not enough memory) the rate of a target whose step is mostly fixed cost per call (a tiny model, well
     under a millisecond a token) is over-predicted (1.1-2.2x on the project's tiny test bed); that errs toward
     sending a candidate to the confirming A/B, never toward screening out a winner.
@@ -163,8 +166,10 @@ screen:
     candidates:
       description:
         - Per candidate, C(screenable) and C(why) (when not), C(chain), C(d_s_ms) (the drafter's step; 0 for n-grams),
-          C(best_k), and C(k) keyed by K, each with C(mean_accepted_len), C(accept_per_pos), C(acceptance),
-          C(rounds), C(predicted_tok_s), C(low), C(high), C(predicted_speedup) and C(breakeven_p).
+          C(best_k), C(drafter_copy) (a draft model timed on the copy of the target: C(per_round_ms),
+          C(per_token_ms), C(requests), or C(why) it was not), and C(k) keyed by K, each with
+          C(mean_accepted_len), C(accept_per_pos), C(acceptance), C(rounds), C(predicted_tok_s), C(low), C(high),
+          C(predicted_speedup) and C(breakeven_p).
       type: dict
     restarts:
       description: Production restarts the screen cost (always V(0)).

@@ -145,6 +145,8 @@ def test_the_module_contract_and_no_restart(production, standard_models, llama_s
     assert _serving(standard_models["target.gguf"]) == [pid]
     draft = screen["candidates"]["draft"]
     assert draft["screenable"] is True and draft["best_k"] in (2, 4) and draft["d_s_ms"] > 0
+    # and the drafter timed in the server's own rounds, on the copy run with the draft at depths 1 and 4
+    assert draft["drafter_copy"]["per_token_ms"] > 0 and draft["drafter_copy"]["requests"] >= 4, draft["drafter_copy"]
     for k in ("2", "4"):
         row = draft["k"][k]
         assert 1.0 <= row["mean_accepted_len"] <= int(k) + 1 and len(row["accept_per_pos"]) == int(k)

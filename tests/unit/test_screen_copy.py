@@ -15,7 +15,7 @@ PROD = ["/opt/llama/bin/llama-server", "-m", "/srv/m.gguf", "--host", "0.0.0.0",
 
 
 def test_the_copy_runs_productions_arguments_without_its_port_keys_model_or_speculation() -> None:
-    args = _screen_copy.copy_args(PROD, "/srv/m.gguf", 41234, 16)
+    args = _screen_copy.copy_args(PROD, "/srv/m.gguf", 41234, _screen_copy.ngram_spec(16))
     assert args[0] == PROD[0]
     kept = args[1:args.index("-m")]
     assert kept == ["-t", "6", "-fa", "on", "-b", "512", "--some-new-flag"]
@@ -26,6 +26,16 @@ def test_the_copy_runs_productions_arguments_without_its_port_keys_model_or_spec
     assert tail[tail.index("--spec-type") + 1] == "ngram-mod"
     assert tail[tail.index("--spec-ngram-mod-n-max") + 1] == "16"
     assert tail[tail.index("-np") + 1] == "1"
+
+
+def test_a_draft_candidate_runs_on_the_copy_with_its_own_stopping_rules() -> None:
+    assert _screen_copy.draft_spec("/srv/d.gguf", 8) == [
+        "--spec-type", "draft-simple", "--spec-draft-model", "/srv/d.gguf", "--spec-draft-n-max", "8"]
+    assert _screen_copy.draft_spec("/srv/d.gguf", 4, 0.5, 2)[-4:] == ["--spec-draft-p-min", "0.5",
+                                                                      "--spec-draft-n-min", "2"]
+    args = _screen_copy.copy_args(PROD, "/srv/m.gguf", 41234, _screen_copy.draft_spec("/srv/d2.gguf", 1))
+    assert "/srv/d.gguf" not in args and args[-5:] == ["draft-simple", "--spec-draft-model", "/srv/d2.gguf",
+                                                       "--spec-draft-n-max", "1"]
 
 
 def test_the_copy_keeps_productions_llama_settings_and_runtime_but_no_secret_or_listener() -> None:
@@ -135,6 +145,18 @@ def test_a_correction_slows_the_prediction_by_its_factor() -> None:
     assert plain["predicted_tok_s"] == pytest.approx(1000 * 6 / 5.0)
     assert doubled["predicted_tok_s"] == pytest.approx(1000 * 6 / 9.0)
     assert doubled["low"] == doubled["high"] == pytest.approx(doubled["predicted_tok_s"])
+
+
+def test_a_drafter_timed_in_the_servers_rounds_replaces_the_side_servers_steps() -> None:
+    result = {"k": 2, "requests": [[(2, 2), (2, 1), (0, 0)]] * 4}
+    verify = {1: [1.0], 3: [2.0]}
+    side = _screen.predict(result, [1.0], verify, [0.1], {1: 0.1, 3: 0.1}, 1)
+    timed = _screen.predict(result, [1.0], verify, [0.1], {1: 0.1, 3: 0.1}, 1, drafter=(0.5, 0.25),
+                            drafters=[(0.5, 0.25)])
+    # per round: 2 ms verification + 0.5 + 2 x 0.25 drafter = 3 ms; two rounds and a 1 ms step per request
+    assert timed["predicted_tok_s"] == pytest.approx(1000 * 6 / 7.0)
+    assert side["predicted_tok_s"] > timed["predicted_tok_s"]
+    assert timed["low"] == timed["high"] == pytest.approx(timed["predicted_tok_s"])
 
 
 def test_the_grid_times_every_batch_up_to_the_deepest_and_each_k_plus_one() -> None:
