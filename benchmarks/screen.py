@@ -115,6 +115,10 @@ def main() -> int:
             timed = (f"real rounds on a copy of the target ({copy['per_round_ms']:.3f} ms a round + "
                      f"{copy['per_row_ms']:.3f} ms a row, {copy['requests']} requests)" if copy.get("used")
                      else f"batches on production ({copy.get('why')})")
+            drafter = got.get("drafter_copy") or {}
+            if "per_token_ms" in drafter:
+                timed += (f"; the drafter in the server's rounds {drafter['per_round_ms']:.3f} ms a round + "
+                          f"{drafter['per_token_ms']:.3f} ms a token (its side server's step {got['d_s_ms']:.3f})")
             summary.append(f"{bed['bed']}/{cand['name']}: the verification timed as {timed}")
             summary.append(f"{bed['bed']}/{cand['name']} on {', '.join(shapes)}: production {base['tok_s']:.1f} "
                            f"tok/s; the screen picks K={pick}, the full sweep's winner is K={winner} "
