@@ -31,7 +31,7 @@ description:
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
   - The prediction counts the verification and the drafter's steps. A verification is timed as a batch of K + 1
     tokens on a cached prefix on production, and, where a copy of the target fits beside production
-    (O(verify_copy)), corrected by what a real speculative round costs: a copy of the target with production's own
+    (O(verify_copy)), corrected by what a real speculative round costs. A copy of the target with production's own
     arguments is started twice on a loopback port with C(ngram-mod) at two depths, its requests' decode times are
     fitted as a fixed cost per round plus a cost per verified row, and the ratio of that round to the copy's own
     timed batch multiplies production's batch times. A plain draft model is then run on the copy too, at depths 1
@@ -166,7 +166,7 @@ screen:
     candidates:
       description:
         - Per candidate, C(screenable) and C(why) (when not), C(chain), C(d_s_ms) (the drafter's step; 0 for n-grams),
-          C(best_k), C(drafter_copy) (a draft model timed on the copy of the target: C(per_round_ms),
+          C(best_k), C(drafter_copy) (a draft model timed on the copy of the target - C(per_round_ms),
           C(per_token_ms), C(requests), or C(why) it was not), and C(k) keyed by K, each with
           C(mean_accepted_len), C(accept_per_pos), C(acceptance), C(rounds), C(predicted_tok_s), C(low), C(high),
           C(predicted_speedup) and C(breakeven_p).
