@@ -107,8 +107,9 @@ def meminfo_available(text: str) -> int | None:
     return None
 
 
-def fits(model: str | None, available: int | None, gpu_nodes: Sequence[str]) -> str | None:
-    """Why a copy of the target does not fit here (None when it does)."""
+def fits(model: str | None, available: int | None, gpu_nodes: Sequence[str], extra: int = 0) -> str | None:
+    """Why a copy of the target (and ``extra`` bytes of draft model beside it) does not fit here (None when it
+    does)."""
     if gpu_nodes:
         return (f"the host has GPU devices ({', '.join(gpu_nodes[:2])}): a copy of the target would take "
                 "production's VRAM, so the verification batches are timed on production alone")
@@ -116,7 +117,7 @@ def fits(model: str | None, available: int | None, gpu_nodes: Sequence[str]) -> 
         return f"production's model file ({model or 'not in /props'}) is not readable here"
     if available is None:
         return "MemAvailable is not in /proc/meminfo: whether a copy fits is unknown"
-    need = int(1.25 * os.path.getsize(model)) + (512 << 20)
+    need = int(1.25 * (os.path.getsize(model) + int(extra))) + (512 << 20)
     if available < need:
         return (f"a copy of the target needs about {need >> 20} MiB and {available >> 20} MiB are available: "
                 "the verification batches are timed on production alone")
@@ -250,9 +251,10 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
     from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
     from ansible_collections.llmfleet.specdec.plugins.module_utils._screen import ScreenError, SideServer, free_port
 
-    if meminfo is None:
-        meminfo = read_text("/proc/meminfo") or ""
-    why = fits(model, meminfo_available(meminfo), gpu_nodes(root))
+    def available() -> int | None:  # read again before each copy: the last one's memory is back by then
+        return meminfo_available(meminfo if meminfo is not None else (read_text("/proc/meminfo") or ""))
+
+    why = fits(model, available(), gpu_nodes(root))
     if why:
         return {"used": False, "why": why}
     found = production_process(endpoint_port, proc)
@@ -289,6 +291,11 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
     drafters: Dict[str, Any] = {}
     for item in drafts:
         got = []
+        draft_size = os.path.getsize(item["draft"]) if os.path.isfile(str(item["draft"])) else 0
+        too_big = fits(model, available(), [], draft_size)
+        if too_big:
+            drafters[item["name"]] = {"why": f"the copy with the draft does not fit: {too_big}"}
+            continue
         try:
             for k in sorted({1, int(item["k"])}):  # two depths, so that a round's cost and a token's differ
                 got += _served(side(draft_spec(item["draft"], k, item.get("p_min") or 0.0, item.get("n_min") or 0)),

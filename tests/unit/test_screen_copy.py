@@ -56,6 +56,9 @@ def test_a_copy_fits_only_without_gpu_with_the_model_readable_and_memory_for_it(
     need = int(1.25 * (1 << 20)) + (512 << 20)
     assert _screen_copy.fits(str(model), need, []) is None
     assert "needs about" in _screen_copy.fits(str(model), need - 1, [])
+    # with a draft model beside it, the draft's size counts too
+    assert "needs about" in _screen_copy.fits(str(model), need, [], extra=1 << 20)
+    assert _screen_copy.fits(str(model), need + int(1.25 * (1 << 20)), [], extra=1 << 20) is None
     assert "GPU devices (/dev/nvidia0)" in _screen_copy.fits(str(model), need, ["/dev/nvidia0"])
     assert "not readable here" in _screen_copy.fits(str(tmp_path / "gone.gguf"), need, [])
     assert "not in /props" in _screen_copy.fits(None, need, [])
