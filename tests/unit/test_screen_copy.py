@@ -162,6 +162,20 @@ def test_a_drafter_timed_in_the_servers_rounds_replaces_the_side_servers_steps()
     assert timed["low"] == timed["high"] == pytest.approx(timed["predicted_tok_s"])
 
 
+def test_a_drafter_the_copy_could_not_time_keeps_its_side_servers_steps() -> None:
+    plan = {"name": "d", "chain": ["draft-simple"]}
+    replays = {2: {"k": 2, "requests": [[(2, 2), (2, 1), (0, 0)]] * 4, "rounds": 8, "drafted": 16, "accepted": 12,
+                   "mean_accepted_len": 2.5, "acceptance": 0.75, "accept_per_pos": [1.0, 0.5]}}
+    prod = {"step_ms": [1.0], "tok_s": 1000.0}
+    copy = {"used": True, "corrections": {1: 1.0, 3: 1.0}, "draws": [],
+            "drafters": {"d": {"why": "the copy did not serve with the draft"}}}
+    args = (plan, replays, prod, {1: [1.0], 3: [2.0]}, [0.1], {1: 0.1, 3: 0.1}, 0)
+    without = _screen._timed(*args, copy)["2"]
+    assert without["predicted_tok_s"] == pytest.approx(_screen._timed(*args, None)["2"]["predicted_tok_s"])
+    copy["drafters"]["d"] = {"fit": [0.5, 0.25], "draws": [], "requests": 4}
+    assert _screen._timed(*args, copy)["2"]["predicted_tok_s"] == pytest.approx(1000 * 6 / 7.0)
+
+
 def test_the_grid_times_every_batch_up_to_the_deepest_and_each_k_plus_one() -> None:
     assert _screen.verify_grid([]) == []
     assert _screen.verify_grid([2, 4]) == [1, 2, 3, 4, 5]
