@@ -481,7 +481,7 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
                                             "accept_per_pos")}
         factors = (copy or {}).get("corrections") if (copy or {}).get("used") else None
         timed_drafter = ((copy or {}).get("drafters") or {}).get(plan["name"]) if factors and passes else None
-        if timed_drafter and "fit" not in timed_drafter:  # the copy could not time this drafter: its side server's
+        if timed_drafter and "fit" not in timed_drafter:  # not timed on the copy: the side server's steps stand
             timed_drafter = None
         row.update(predict(result, t_s, verify_samples, d_s, prefill, passes, seed, correction=factors,
                            corrections=(copy or {}).get("draws") or () if factors else (),
