@@ -34,12 +34,11 @@ GPU_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd", "/dev/dri/renderD*")
 CTX = 4096
 RESAMPLES = 200
 # production's options the copy does not take: where it listens and who may ask, its model source, its
-# speculation (the copy speculates with ngram-mod only), its slots and context (one slot, a small context)
-DROP_PREFIXES = ("--spec", "--draft", "--model-draft", "--lookup-cache", "--ssl", "--api-key", "--mmproj",
-                 "--hf-", "--model", "--port", "--host", "--ctx-size", "--parallel", "--slot-save-path",
-                 "--log-file", "--metrics", "--alias", "--device-draft", "--gpu-layers-draft", "--threads-draft",
-                 "--ctx-size-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--override-tensor-draft",
-                 "--cpu-moe-draft", "--n-cpu-moe-draft", "--reuse-port")
+# speculation (the copy speculates its own way; every draft option's long names include a --spec-* one), its slots
+# and context (one slot, a small context)
+DROP_PREFIXES = ("--spec", "--draft", "--lookup-cache", "--ssl", "--api-key", "--mmproj", "--hf-", "--model",
+                 "--port", "--host", "--ctx-size", "--parallel", "--slot-save-path", "--log-file", "--metrics",
+                 "--alias", "--reuse-port")
 # the environment it keeps: production's own LLAMA_ARG_* (those not dropped above) and these
 ENV_KEEP = ("PATH", "LD_LIBRARY_PATH", "HOME", "LANG", "TZ")
 ENV_KEEP_PREFIXES = ("OMP_", "GGML_", "LC_", "LLAMA_CACHE")
@@ -251,7 +250,7 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
     from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import read_text
     from ansible_collections.llmfleet.specdec.plugins.module_utils._screen import ScreenError, SideServer, free_port
 
-    def available() -> int | None:  # read again before each copy: the last one's memory is back by then
+    def available() -> int | None:  # read again before a draft's copy: the last copy's memory is back
         return meminfo_available(meminfo if meminfo is not None else (read_text("/proc/meminfo") or ""))
 
     why = fits(model, available(), gpu_nodes(root))

@@ -28,6 +28,15 @@ def test_the_copy_runs_productions_arguments_without_its_port_keys_model_or_spec
     assert tail[tail.index("-np") + 1] == "1"
 
 
+def test_every_draft_and_speculation_option_of_the_pinned_tree_is_dropped_from_the_copy() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+
+    spec = [opt for opt in _flags.OPTIONS if any("draft" in n or n.startswith("--spec") for n in opt.names)]
+    assert len(spec) > 20
+    assert [opt.canonical for opt in spec if not _screen_copy._dropped(opt)] == []
+    assert not _screen_copy._dropped(_flags.option("--threads"))
+
+
 def test_a_draft_candidate_runs_on_the_copy_with_its_own_stopping_rules() -> None:
     assert _screen_copy.draft_spec("/srv/d.gguf", 8) == [
         "--spec-type", "draft-simple", "--spec-draft-model", "/srv/d.gguf", "--spec-draft-n-max", "8"]
