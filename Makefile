@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 COLL := .build/collections/ansible_collections/llmfleet/specdec
 CACHE ?= $(HOME)/.cache/llmfleet-specdec
 export LLMFLEET_CACHE := $(CACHE)
-# The pinned llama-cpp-python version; its one home is plugins/module_utils/_llamacpp.py (PINNED), read with the
+# The pinned llama-cpp-python version; its one home is plugins/module_utils/llamacpp/_llamacpp.py (PINNED), read with the
 # system python3 so that it works before .venv exists.
 ifeq ($(origin LLAMA_CPP_PYTHON_VERSION),undefined)
 LLAMA_CPP_PYTHON_VERSION := $(shell $(PYTHON) tests/testbed/pinned.py)
@@ -146,10 +146,12 @@ newest-molecule: newest-venv
 	@$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=watch MOLECULE_VENV=$(NEWEST)
 
 # The ecosystem's own checks: ansible-test sanity (offline: tests/sanity/ansible_test.sh), ansible-lint with the
-# production profile, galaxy-importer on the built tarball, and the project's check that every file has its
-# license header and every plugin its documentation.
+# production profile, galaxy-importer on the built tarball, the project's check that every file has its
+# license header and every plugin its documentation, and import-linter's contracts on the layers (.importlinter).
 conventions: tools collection
 	$(PY) tests/sanity/conventions.py
+	# the layers of plugins/module_utils and plugins/plugin_utils (.importlinter; docs/architecture.md, "The rooms")
+	PYTHONPATH=$(CURDIR)/.build/collections $(TOOLS)/bin/lint-imports --no-cache
 	tests/sanity/ansible_test.sh $(TOOLS)/bin/python
 	# ANSIBLE_HOME keeps ansible-lint's copy of the collection in .ansible/ here (ignored), not in ~/.ansible
 	ANSIBLE_HOME=$(CURDIR)/.ansible ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build/collections:$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_expand, ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_expand, ab_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "specdec-molecule-ab"

@@ -50,9 +50,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint, _stats
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design, _judge
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design, _judge
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
 SIM_SHAPES = ("prose", "echo", "structured", "identity")

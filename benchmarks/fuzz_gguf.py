@@ -36,10 +36,10 @@ from typing import Any
 
 from ansible.module_utils.common.parameters import remove_values
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import PINNED
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import ValueType, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import PINNED
 
 VT = ValueType
 FMT = {VT.UINT8: "B", VT.INT8: "b", VT.UINT16: "H", VT.INT16: "h", VT.UINT32: "I", VT.INT32: "i",

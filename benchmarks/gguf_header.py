@@ -19,8 +19,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import DEFAULT_FIRST_READ, read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import DEFAULT_FIRST_READ, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 from testbed.http_range import serve_directory
 
 N_TOKENS = 248_320

@@ -32,13 +32,13 @@ import gguf
 from gguf_header import write_qwen_sized_header
 from gguf_hostile import SHAPES, module_peak, small_model
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import (
     DEFAULT_MAX_HEADER_BYTES,
     MAX_KV_COUNT,
     MAX_TENSOR_COUNT,
     read_header,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 
 GOAL = 3.0
 MODULE_GOAL = 512 << 20

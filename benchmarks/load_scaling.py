@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _load
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _load
 from testbed.models import write_standard_set
 from testbed.server import LlamaServer
 

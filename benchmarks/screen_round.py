@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _screen
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint, measure_batches, plan_requests
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, measure_batches, plan_requests
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
 from testbed.server import LlamaServer
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")

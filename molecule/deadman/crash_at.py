@@ -15,8 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import env_config_from_mapping
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._envfile import env_config_from_mapping
 
 OP, MARK = sys.argv[1], sys.argv[2]
 

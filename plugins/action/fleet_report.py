@@ -9,11 +9,11 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import ARGUMENT_SPEC
-from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import safe_path_component
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import write_atomic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._fleet_args import ARGUMENT_SPEC
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state._host_state import safe_path_component
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _fleet, _fleet_plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report._files import write_atomic
 
 
 class ActionModule(ActionBase):

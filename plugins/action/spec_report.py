@@ -12,11 +12,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ansible_version
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._host_state import merge_history
-from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _plots, _report
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._files import update_locked, write_atomic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._report_args import ARGUMENT_SPEC
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state._host_state import merge_history
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _plots, _report
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report._files import update_locked, write_atomic
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 
 
 def _d_s(value: Any) -> float | dict[str, float] | None:

@@ -18,13 +18,13 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._breakeven import (
     VERIFY_FACTOR,
     breakeven_p,
     expected_accepted,
     rate,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 
 
 def _guard(fn, *args: Any) -> Any:

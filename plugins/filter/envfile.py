@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_lines, env_file_values
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_envfile import env_file_lines, env_file_values
 
 
 class FilterModule:

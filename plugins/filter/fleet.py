@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_fleet import ab_batch
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_fleet import ab_batch
 
 
 class FilterModule:

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # Filter internal (documented in internal.yml): the one door from the collection's roles and playbooks to their
-# plumbing in plugin_utils/_steps_*.py. Not an interface: its steps change in any release, without deprecation.
+# plumbing in plugin_utils/steps/_steps_*.py. Not an interface: its steps change in any release, without deprecation.
 from __future__ import annotations
 
 import re
@@ -9,8 +9,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import (
     _steps_ab,
     _steps_build,
     _steps_drift,

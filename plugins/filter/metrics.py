@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import spec_counters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import spec_counters
 
 
 class FilterModule:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_vllm import (
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_vllm import (
     vllm_speculative_cli,
     vllm_speculative_config,
     vllm_speculative_json,

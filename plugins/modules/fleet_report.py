@@ -145,7 +145,7 @@ plot_notes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._fleet_args import ARGUMENT_SPEC
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._fleet_args import ARGUMENT_SPEC
 
 
 def main() -> None:

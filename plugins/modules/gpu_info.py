@@ -126,8 +126,8 @@ gpu_info:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gpu import ROCM_BIN_DIRS, TOOLS, collect
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._gpu import ROCM_BIN_DIRS, TOOLS, collect
 
 ARGUMENT_SPEC = dict(
     tools=dict(type="list", elements="str", choices=list(TOOLS)),

@@ -400,14 +400,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_config
-from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
-from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import CACHE_TYPES, SizingError, config_from_parsed
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import facts_or_path
-from ansible_collections.llmfleet.specdec.plugins.module_utils._sizing import kv_budget
-from ansible_collections.llmfleet.specdec.plugins.module_utils._vllm_memory import kv_budget_result
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._argspec import GGUF_READ_ARGS, gguf_read_options
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import facts_or_path
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_config
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._knobs import memory_change
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._kv import CACHE_TYPES, SizingError, config_from_parsed
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._sizing import kv_budget
+from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm._vllm_memory import kv_budget_result
 
 _TYPES = list(CACHE_TYPES)
 

@@ -206,9 +206,9 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._activate import ActivateError, run_activation
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import rollback_interpreter
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build._activate import ActivateError, run_activation
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import rollback_interpreter
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", required=True),

@@ -109,9 +109,9 @@ backends:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._build import toolkit_message
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._toolchain import Probe, check
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build._build import toolkit_message
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build._toolchain import Probe, check
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 
 ARGUMENT_SPEC = dict(
     gpu_backend=dict(type="str", required=True, choices=["cpu", "cuda", "hip", "rocm", "vulkan", "cuda+vulkan"],

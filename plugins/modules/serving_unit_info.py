@@ -211,9 +211,9 @@ from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView, within_cgroup
-from ansible_collections.llmfleet.specdec.plugins.module_utils._serving_unit import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView, within_cgroup
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._serving_unit import (
     not_installed,
     pending_changes,
     pending_text,

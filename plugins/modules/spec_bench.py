@@ -373,12 +373,12 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._bench_owner import check_owner, check_same_owner
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import BenchInterruptedError, run_bench
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._load import bench_under_load, load_failed, measured_prompts
-from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
-from ansible_collections.llmfleet.specdec.plugins.module_utils._traffic import add_ngram_checks, load_traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._bench_owner import check_owner, check_same_owner
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import BenchInterruptedError, run_bench
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._load import bench_under_load, load_failed, measured_prompts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._shapes import SHAPES
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._traffic import add_ngram_checks, load_traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 
 ARGUMENT_SPEC = dict(
     endpoint=dict(type="str", default="http://127.0.0.1:8080"),

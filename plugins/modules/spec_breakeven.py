@@ -178,16 +178,16 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._breakeven import (
     SPEC_TYPES,
     BreakevenError,
     assess,
     metrics_url,
     parse_spec_counters,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import MAX_REPLY_BYTES as METRICS_CAP
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._http import request
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import MAX_REPLY_BYTES as METRICS_CAP
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._http import request
 
 ARGUMENT_SPEC = dict(
     t_s=dict(type="float"),

@@ -130,10 +130,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_pair
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import compat_report
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._argspec import GGUF_READ_ARGS, gguf_read_options
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_pair
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import compat_report
 
 ARGUMENT_SPEC = dict(
     target=dict(type="str", required=True),

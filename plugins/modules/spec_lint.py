@@ -199,9 +199,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._argspec import GGUF_READ_ARGS, gguf_read_options
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._argspec import GGUF_READ_ARGS, gguf_read_options
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import run_spec_lint
 
 ARGUMENT_SPEC = dict(
     engine=dict(type="str", required=True, choices=["llamacpp", "vllm"], aliases=["backend"],

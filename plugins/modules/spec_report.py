@@ -237,7 +237,7 @@ stats:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._report_args import ARGUMENT_SPEC
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._report_args import ARGUMENT_SPEC
 
 
 def main() -> None:

@@ -187,8 +187,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._screen import run_screen
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._screen import run_screen
 
 ARGUMENT_SPEC = dict(
     endpoint=dict(type="str", default="http://127.0.0.1:8080"),

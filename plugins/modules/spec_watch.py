@@ -189,8 +189,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host, _drift_textfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift_host, _drift_textfile
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", default="llama-server"),

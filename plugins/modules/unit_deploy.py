@@ -167,9 +167,9 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_deploy import run_unit_deploy
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import UnitOverrideError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_deploy import run_unit_deploy
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),

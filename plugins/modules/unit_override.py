@@ -326,9 +326,9 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_override import run_unit_override
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import UnitOverrideError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_override import run_unit_override
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),

@@ -114,8 +114,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._start_info import model_sizes, start_info
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._start_info import model_sizes, start_info
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),

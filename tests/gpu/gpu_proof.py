@@ -17,7 +17,7 @@
    per-device KV buffers are compared with what the real server prints at load, for the target and the draft.
 5. ``ab``: a short A/B, baseline against draft-simple at K 4, rounds in rotated order, each config on its own
    server start (started directly, as ``tests/testbed/server.py`` does, no systemd), measured with spec_bench's
-   code (``_endpoint.run_bench``) and judged by ``plugin_utils/_judge.py``.
+   code (``_endpoint.run_bench``) and judged by ``plugin_utils/verdicts/_judge.py``.
 6. ``summary.json`` and ``summary.md`` in ``--out`` (default ``$OUT``), rewritten after every step, so a run
    stopped at its time limit still leaves what it measured. The run keeps to ``--budget-s`` (default 555 s):
    a build still running when too little time is left for 4 and 5 is stopped and the summary says so.
@@ -204,7 +204,7 @@ def role_build_options(overrides: dict[str, Any]) -> dict[str, Any]:
 def build_plan(backend: str, work: Path, *, cuda_architectures: list[str] | None = None,
                cuda_compiler: str | None = None, jobs: int = 0, ccache_dir: str | None = None) -> dict[str, Any]:
     """``_build.plan`` for this machine, from the role's own options (so the defines cannot drift from it)."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _build
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build
     from testbed.pinned import LLAMA_CPP_PYTHON_VERSION
 
     version = LLAMA_CPP_PYTHON_VERSION
@@ -321,8 +321,8 @@ def model_specs(backend: str) -> tuple[Any, Any]:
 
 
 def parameters(path: Path) -> int:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 
     """The parameter count, read back from the file's header with the collection's own GGUF reader."""
     facts = model_facts(read_header(str(path)), include_tensors=True)
@@ -694,8 +694,8 @@ class Proof:
     # ----------------------------------------------------------------------------------------- 5. A/B
 
     def ab(self, rec: dict[str, Any]) -> None:
-        from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint
-        from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
+        from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint
+        from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
         from testbed.server import LlamaServer
 
         plan = AB[self.backend]

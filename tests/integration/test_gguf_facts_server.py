@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import GGUFError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import ValueType, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 from testbed.models import ModelSpec, write_model
 from testbed.server import LlamaServer
 

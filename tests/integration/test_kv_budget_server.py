@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _kv as kv
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _placement as placement
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _sizing as sizing
 from testbed.models import ModelSpec, write_model
 from testbed.server import LlamaServer
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import run_spec_lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
 from testbed.flags_table import TABLE, render_table, server_option_rows, server_options_from_arg_cpp
 from testbed.server import LLAMA_CPP_PYTHON_VERSION, LlamaServer, LlamaServerError
 

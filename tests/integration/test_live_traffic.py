@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _load
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _load
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _load, _loadgate, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _load, _loadgate, _traffic
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 from testbed.load_fault_proxy import FaultProxy
 from testbed.server import LlamaServer
 

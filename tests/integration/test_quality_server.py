@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality as q
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration

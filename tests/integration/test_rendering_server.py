@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_render
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_render
 from testbed.server import free_port
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _screen
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint, plan_requests
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, plan_requests
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
 
 SIZES = {"prose": {"chars": 400, "n_predict": 48}, "echo": {"chars": 600, "n_predict": 96},
          "structured": {"chars": 300, "n_predict": 48}}

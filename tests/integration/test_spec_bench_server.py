@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
 from testbed.server import LlamaServer
 

@@ -13,8 +13,8 @@ from typing import Callable
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import compat_report
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import compat_report
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration

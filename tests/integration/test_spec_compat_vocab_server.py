@@ -21,13 +21,13 @@ from typing import Any
 import gguf
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import GGUFHeader, read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import GGUFHeader, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import (
     are_compatible,
     compare_vocabs,
     compat_report,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import load_vocab
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp_vocab import load_vocab
 from testbed.server import LlamaServer, LlamaServerError
 from testbed.vocab_models import (
     MAX_VOCAB_HEADER,

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from vllm_oracle_cases import CASES, render
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm, _vllm_memory
+from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm import _vllm, _vllm_memory
 from testbed.vllm_server import VllmServer, find_vllm_venv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,9 @@
   ``ansible-doc -t filter llmfleet.specdec.NAME`` renders;
 - every role has README.md, meta/main.yml and meta/argument_specs.yml;
 - galaxy.yml's license is the LICENSE file's;
-- docs/architecture.md lists every file of plugins/module_utils and plugins/plugin_utils and every module, action
-  plugin and role, each in the first column of the table under its heading (``_TABLES``), and everything those
+- docs/architecture.md lists every package and file of plugins/module_utils and plugins/plugin_utils (``bench/``,
+  ``bench/_endpoint.py``) and every module, action plugin and role, each in the first column of the table under its
+  heading (``_TABLES``), and everything those
   tables list exists; a private helper file named anywhere else on the page exists too; and each module_util's
   "runs on" cell says what the imports say (``runs_on``: "hosts" when a module imports it, directly or through
   other module_utils, since AnsiballZ ships it to the host; "controller" when an action, filter or plugin_util
@@ -103,7 +104,7 @@ def license_problems() -> list[str]:
 
 
 ARCHITECTURE = "docs/architecture.md"
-# A private helper's file name as the page writes it (`_kv.py`, plugin_utils/_judge.py), not part of a longer name.
+# A private helper's file name as the page writes it (`_kv.py`, plugin_utils/verdicts/_judge.py), not part of a longer name.
 _PRIVATE_FILE = re.compile(r"(?<![\w.-])(_[a-z0-9][a-z0-9_]*\.py)\b")
 _HEADING = re.compile(r"^#+\s+(.*?)\s*$")
 _FIRST_CELL = re.compile(r"^\|\s*`([^`]+)`\s*\|")
@@ -138,7 +139,10 @@ def _present(kind: str, folder: Path) -> set[str]:
     if kind == "role":
         return {path.name for path in folder.iterdir() if path.is_dir()}
     if kind in ("module_util", "plugin_util"):
-        return {path.name for path in folder.glob("*.py") if path.name != "__init__.py"}
+        # a package's own row is its folder (`bench/`), a file's is its path in the package (`bench/_endpoint.py`)
+        return {str(path.relative_to(folder)) for path in folder.rglob("*.py")
+                if path.name != "__init__.py" and "__pycache__" not in path.parts} | \
+            {f"{path.parent.relative_to(folder)}/" for path in folder.rglob("__init__.py") if path.parent != folder}
     return {path.stem for path in folder.glob("*.py") if path.name != "__init__.py"}
 
 
@@ -146,25 +150,34 @@ _MU_PREFIX = "ansible_collections.llmfleet.specdec.plugins.module_utils."
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|.*\|\s*([^|]+?)\s*\|\s*$")
 
 
+def _module_util_file(dotted: str) -> str | None:
+    """``bench._endpoint`` (after the module_utils prefix) as the file's path in module_utils, ``bench/_endpoint.py``."""
+    parts = dotted.split(".")
+    return "/".join(parts[:2]) + ".py" if len(parts) >= 2 else None
+
+
 def _module_util_imports(path: Path) -> set[str]:
-    """The module_utils a Python file imports, at any depth of the file (AnsiballZ's finder walks the whole tree)."""
+    """The module_utils a Python file imports, at any depth of the file (AnsiballZ's finder walks the whole tree), as
+    paths in module_utils (``bench/_endpoint.py``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.startswith(_MU_PREFIX):
-                names.add(node.module[len(_MU_PREFIX):].split(".")[0] + ".py")
-            elif node.module + "." == _MU_PREFIX:
-                names |= {alias.name + ".py" for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(_MU_PREFIX):
+            package = node.module[len(_MU_PREFIX):]
+            if "." in package:
+                names.add(_module_util_file(package) or "")
+            else:
+                names |= {f"{package}/{alias.name}.py" for alias in node.names}
         elif isinstance(node, ast.Import):
-            names |= {a.name[len(_MU_PREFIX):].split(".")[0] + ".py" for a in node.names if a.name.startswith(_MU_PREFIX)}
-    return names
+            names |= {_module_util_file(a.name[len(_MU_PREFIX):]) or "" for a in node.names if a.name.startswith(_MU_PREFIX)}
+    return names - {""}
 
 
 def runs_on() -> dict[str, set[str]]:
     """For each module_util file: {"hosts"} when a module reaches it through imports, {"controller"} when an action
     plugin, filter or plugin_util does, both when both do."""
     mu = ROOT / "plugins" / "module_utils"
-    graph = {path.name: _module_util_imports(path) for path in mu.glob("*.py") if path.name != "__init__.py"}
+    graph = {str(path.relative_to(mu)): _module_util_imports(path) for path in mu.rglob("*.py")
+             if path.name != "__init__.py" and "__pycache__" not in path.parts}
 
     def closure(start: set[str]) -> set[str]:
         seen: set[str] = set()
@@ -183,7 +196,7 @@ def runs_on() -> dict[str, set[str]]:
     actions = {path.name for path in (ROOT / "plugins" / "action").glob("*.py")}
     for side, folders in sides.items():
         for folder in folders:
-            for path in (ROOT / "plugins" / folder).glob("*.py"):
+            for path in (ROOT / "plugins" / folder).rglob("*.py"):
                 if folder == "modules" and path.name in actions:
                     continue
                 for name in closure(_module_util_imports(path)):
@@ -226,7 +239,7 @@ def architecture_problems() -> list[str]:
     for heading, (kind, pattern) in _TABLES.items():
         present = _present(kind, (ROOT / pattern.format("x")).parent)
         if kind in ("module_util", "plugin_util"):
-            helpers |= present
+            helpers |= {name.rsplit("/", 1)[-1] for name in present}
         for name in sorted(present - tabled[heading]):
             problems.append(f"{pattern.format(name)}: {kind} {name} not in the {heading} table of {ARCHITECTURE} "
                             "(add a row saying what it holds)")
@@ -248,7 +261,7 @@ def size_problems() -> list[str]:
     """Rooms over ``MAX_ROOM_LINES`` lines, a generated table aside."""
     problems = []
     for folder in ("module_utils", "plugin_utils"):
-        for path in sorted((ROOT / "plugins" / folder).glob("*.py")):
+        for path in sorted((ROOT / "plugins" / folder).rglob("*.py")):
             lines = path.read_text(encoding="utf-8").splitlines()
             if len(lines) > MAX_ROOM_LINES and not any("GENERATED" in line for line in lines[:5]):
                 problems.append(f"{path.relative_to(ROOT)}: {len(lines)} lines, over {MAX_ROOM_LINES} (split it along its "

@@ -84,7 +84,7 @@ def main() -> int:
                 problem = "RETURN is empty"
         check(f"ansible-doc renders {FQCN}.{name}", problem)
 
-    for path in sorted((ROOT / "plugins/module_utils").glob("*.py")) + sorted((ROOT / "plugins/modules").glob("*.py")):
+    for path in sorted((ROOT / "plugins/module_utils").rglob("*.py")) + sorted((ROOT / "plugins/modules").glob("*.py")):
         try:
             problem = check_imports(path)
         except SyntaxError as exc:

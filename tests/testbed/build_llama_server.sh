@@ -3,7 +3,7 @@
 # Prints the path of the binary on its last line. A second run with the same version costs nothing.
 set -euo pipefail
 
-# The pinned version's one home is plugins/module_utils/_llamacpp.py (PINNED), read with the system python3.
+# The pinned version's one home is plugins/module_utils/llamacpp/_llamacpp.py (PINNED), read with the system python3.
 version="${LLAMA_CPP_PYTHON_VERSION:-$(python3 "$(dirname "$0")/pinned.py")}"
 cache="${LLMFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmfleet-specdec}"
 prefix="$cache/llama-server-$version"
@@ -33,7 +33,7 @@ unpack() {
 unpack "$cache/src-$version"
 
 jobs="${LLAMA_BUILD_JOBS:-$(nproc)}"
-# The compile mirrors what role llamacpp_build does on a host for molecule/build (plugins/module_utils/_build.py:
+# The compile mirrors what role llamacpp_build does on a host for molecule/build (plugins/module_utils/build/_build.py:
 # the same -D list, source at <work>/src/llama_cpp_python-<version>/vendor/llama.cpp, build at
 # <work>/build-sdist-<version>-cpu, CCACHE_BASEDIR=<work>, the locale ccache hashes) into the compiler cache that molecule/build mounts. The
 # container's Debian 12 compiler is this machine's, so its build finds the objects in the cache instead of

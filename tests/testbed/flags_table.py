@@ -1,10 +1,10 @@
-# Regenerates plugins/module_utils/_flags_table.py from the pinned tree's common/arg.cpp (and reads arg.cpp for the tests).
+# Regenerates plugins/module_utils/llamacpp/_flags_table.py from the pinned tree's common/arg.cpp (and reads arg.cpp for tests).
 """llama-server's option table, read from ``common/arg.cpp`` of the pinned llama.cpp tree.
 
 ``server_option_rows`` walks every ``add_opt(common_arg(...))`` that ``common_params_parser_init``
 keeps for llama-server, in arg.cpp's order; ``server_options_from_arg_cpp`` is the same as a set,
 for ``tests/integration/test_lint_server.py``'s check against ``_flags``. Run as a script it
-writes ``plugins/module_utils/_flags_table.py`` (after a change of ``_llamacpp.PINNED`` and
+writes ``plugins/module_utils/llamacpp/_flags_table.py`` (after a change of ``_llamacpp.PINNED`` and
 ``make llama-server``, which unpacks the tree)::
 
     python3 tests/testbed/flags_table.py [PATH/TO/common/arg.cpp]
@@ -23,7 +23,7 @@ if not __package__:  # run as a script (see the docstring): make the test bed im
 from testbed.pinned import LLAMA_CPP_PYTHON_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = ROOT / "plugins" / "module_utils" / "_flags_table.py"
+TABLE = ROOT / "plugins" / "module_utils" / "llamacpp" / "_flags_table.py"
 
 
 def _skip_string(s: str, i: int) -> int:

@@ -1,7 +1,7 @@
-# The llama-cpp-python version the project pins, read from module_utils/_llamacpp.py for the Makefile, shell and test bed.
+# The llama-cpp-python version the project pins, read from module_utils/llamacpp/_llamacpp.py for the Makefile and test bed.
 """Print (or return) ``_llamacpp.PINNED["llama_cpp_python"]`` without importing the collection.
 
-``plugins/module_utils/_llamacpp.py`` is the one home of the pinned llama.cpp tree. The Makefile and
+``plugins/module_utils/llamacpp/_llamacpp.py`` is the one home of the pinned llama.cpp tree. The Makefile and
 ``build_llama_server.sh`` run before any venv exists, with the system python3 and no
 ``ansible_collections`` on the path, so this reads the ``PINNED = {...}`` literal with ``ast``
 instead of importing the module. Usage: ``python3 tests/testbed/pinned.py [key]`` (default
@@ -13,7 +13,7 @@ import ast
 import sys
 from pathlib import Path
 
-LLAMACPP_PY = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "_llamacpp.py"
+LLAMACPP_PY = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "llamacpp" / "_llamacpp.py"
 
 
 def pinned(path: Path = LLAMACPP_PY) -> dict:

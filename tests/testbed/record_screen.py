@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _screen
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import Endpoint, plan_requests
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, plan_requests
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
 from testbed.server import LlamaServer
 
 MODELS = os.path.join(os.environ.get("LLMFLEET_CACHE") or os.path.expanduser("~/.cache/llmfleet-specdec"), "demo-models")

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 import gguf
 import numpy as np
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import ValueType, read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import ValueType, read_header
 from testbed.server import LLAMA_CPP_PYTHON_VERSION
 
 N_EMBD = 16

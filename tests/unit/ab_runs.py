@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _shapes
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _shapes
 
 SHAPES = _shapes.SHAPES  # the one order of the built-in shapes
 BASE_RATE = {"prose": 40.0, "echo": 42.0, "structured": 41.0, "identity": 44.0}

@@ -41,17 +41,17 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 from fakesystemd import _dropin_exec as fakesystemd_exec  # noqa: E402
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _deadman, _render  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import env_config_from_mapping  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_deploy import UnitDeploy  # noqa: E402
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_changes  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _deadman, _render  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _serving_unit as su  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._envfile import env_config_from_mapping  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import UnitOverrideError  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_deploy import UnitDeploy  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_envfile import env_file_changes  # noqa: E402
 
 UNIT = "llama-server.service"
 ALT = "llama-alt.service"

@@ -7,10 +7,10 @@ import pytest
 from ab_runs import make_run
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import (
     ab_env,
     ab_expand,
     ab_look,

@@ -22,8 +22,8 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate as act
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.modules import llamacpp_activate
 
 UNIT = "llama-server.service"
@@ -453,7 +453,7 @@ def test_an_interrupted_switch_whose_dead_man_is_gone_is_armed_again_before_the_
 
 
 def _ab_holds(tmp: Path, run_id: str = "20261204T040000Z") -> Path:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state
     _host_state.acquire({"unit": UNIT, "owner": {"run_id": run_id, "controller": "ctl-1", "pid": 4242},
                          "expires_after": 900, "state_dir": str(tmp / "state")}, run=lambda argv: (3, "inactive\n", ""),
                         check_mode=False, now=lambda: 1.7e9)
@@ -474,7 +474,7 @@ def test_a_live_override_is_refused_naming_it_and_the_guard_is_given_back(tmp_pa
     dropin = tmp_path / "run" / "systemd" / "system" / (UNIT + ".d")
     dropin.mkdir(parents=True)
     (dropin / name).write_text("[Service]\n")
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import override_paths
     assert str(dropin / name) in override_paths(UNIT, str(tmp_path / "run")).all_dropins
     with pytest.raises(act.ActivateError, match=r"live override of unit_override \(drop-in .*" + re.escape(name)):
         _activation(tmp_path, host).activate(_params(host, tmp_path))
@@ -483,7 +483,7 @@ def test_a_live_override_is_refused_naming_it_and_the_guard_is_given_back(tmp_pa
 
 
 def test_an_armed_override_dead_man_is_refused(tmp_path: Path, host: Host) -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import override_paths
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import override_paths
     host.armed_overrides.append(override_paths(UNIT).timer)
     with pytest.raises(act.ActivateError, match="armed dead-man timer"):
         _activation(tmp_path, host).activate(_params(host, tmp_path))
@@ -516,7 +516,7 @@ def test_a_killed_switch_keeps_the_guard_and_the_next_activation_of_that_link_ta
     record = json.loads(lock.read_text())
     assert record["run_id"].startswith("build-") and "boot_id" not in record  # only its expiry frees it
     assert record["expires_after"] >= 300 + 2 * 20
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state
     with pytest.raises(_host_state.LockHeldError, match="build-"):  # an A/B is kept off while the dead-man waits
         _host_state.acquire({"unit": UNIT, "owner": {"run_id": "ab-1"}, "expires_after": 60,
                              "state_dir": str(tmp_path / "state")}, run=host, check_mode=False, now=lambda: 1.7e9 + 10)

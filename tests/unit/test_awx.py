@@ -60,8 +60,8 @@ def test_job_templates_name_playbooks_and_variables_that_exist(rendered: dict) -
 def test_the_ab_survey_defaults_are_the_roles_and_its_minimums_the_methods(rendered: dict) -> None:
     import yaml
 
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design
 
     defaults = yaml.safe_load((ROOT / "roles" / "spec_ab" / "defaults" / "main.yml").read_text())
     survey = {q["variable"]: q for t in rendered["job_templates"] if t["name"] == "specdec A/B" for q in t["survey"]}

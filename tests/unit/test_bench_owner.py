@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from fakesystemd import FakeSystemd
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _bench_owner as bo
-from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _bench_owner as bo
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView
 
 UNIT = "llama-server.service"
 ENDPOINT = "http://127.0.0.1:8080"

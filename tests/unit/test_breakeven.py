@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.llmfleet.specdec.plugins.filter import breakeven as filters
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _llamacpp
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _llamacpp
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_breakeven
 
 FIXTURES = Path(__file__).parent / "fixtures" / "breakeven"

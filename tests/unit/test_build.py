@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _toolchain as toolchain
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _toolchain as toolchain
 from ansible_collections.llmfleet.specdec.plugins.modules import llamacpp_toolchain
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_build as build_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_build as build_filters
 
 FIX = Path(__file__).parent / "fixtures" / "toolchain"
 GIT = {"kind": "git", "repo": "https://github.com/ggml-org/llama.cpp.git", "ref": "b10133"}
@@ -403,7 +403,7 @@ def test_record_names_build_number_commit_backends_and_flags():
     assert record["toolchain"] == {"nvcc": "12.4.131"}
     assert record["fingerprint"] == p["fingerprint"]
     # what spec_lint's build gate reads
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import parse_build
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import parse_build
     assert parse_build(record["build"]) == 10133
 
 

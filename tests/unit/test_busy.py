@@ -1,4 +1,4 @@
-"""Other clients' requests beside a measured one (module_utils/_busy.py and the bench's busy check).
+"""Other clients' requests beside a measured one (module_utils/bench/_busy.py and the bench's busy check).
 
 The server here is a stand-in object with llama-server's and vLLM's documented /slots and /metrics forms; the
 real llama-server with a real concurrent client is tests/integration/test_live_traffic.py.
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _busy
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _busy
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
 
 SIZES = {"prose": {"chars": 200, "n_predict": 8}, "identity": {"n_predict": 8}}
 

@@ -7,9 +7,9 @@ import random
 import pytest
 from ab_runs import make_run
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design as ds
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design as ds
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -115,7 +115,7 @@ def test_judge_refuses_an_unknown_method_or_margin():
 
 
 def test_the_position_table_shows_only_drafted_positions_and_the_json_keeps_all():
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
 
     # ngram-mod exports a counter for each of its 64 positions; drafts here were 3 long (30 tokens / 10 drafts)
     per_pos = [9, 7, 4] + [0] * 61

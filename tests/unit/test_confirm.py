@@ -6,10 +6,10 @@ import re
 import pytest
 from ab_runs import make_run
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _confirm
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _confirm
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20)}
 START = {0: 1.0, 1: 1.03, 2: 0.98}

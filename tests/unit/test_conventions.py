@@ -74,12 +74,14 @@ def test_a_copy_of_the_collection_passes(conventions, capsys):
 
 
 def test_a_new_plugin_without_header_is_named_and_fixed(conventions, tmp_path, capsys):
-    new = tmp_path / "plugins" / "module_utils" / "_new.py"
+    new = tmp_path / "plugins" / "module_utils" / "bench" / "_new.py"
     new.parent.mkdir(parents=True)
     new.write_text("# Private to the collection: something new.\nfrom __future__ import annotations\n")
-    _row(tmp_path, "plugins/module_utils", "| `_new.py` | something new | hosts |")
+    _helper(tmp_path, "module_utils/bench", "__init__.py")
+    _row(tmp_path, "plugins/module_utils", "| `bench/` | measuring | - | - |")
+    _row(tmp_path, "plugins/module_utils", "| `bench/_new.py` | something new | hosts |")
     assert conventions.main([]) == 1
-    assert "plugins/module_utils/_new.py: no license header" in capsys.readouterr().out
+    assert "plugins/module_utils/bench/_new.py: no license header" in capsys.readouterr().out
     assert conventions.main(["--fix-headers"]) == 0
     lines = new.read_text().splitlines()
     assert lines[0].startswith("# Copyright") and "GNU General Public License v3.0+" in lines[1]
@@ -108,21 +110,38 @@ def _helper(tmp_path, folder: str, name: str):
 
 
 def test_a_module_util_the_architecture_page_leaves_out_is_named(conventions, tmp_path, capsys):
-    _helper(tmp_path, "module_utils", "_kv.py")
+    _helper(tmp_path, "module_utils/memory", "__init__.py")
+    _helper(tmp_path, "module_utils/memory", "_kv.py")
     assert conventions.main([]) == 1
-    assert "plugins/module_utils/_kv.py: module_util _kv.py not in the plugins/module_utils table" in capsys.readouterr().out
-    _row(tmp_path, "plugins/module_utils", "| `_kv.py` | KV arithmetic | hosts |")
+    out = capsys.readouterr().out
+    assert "plugins/module_utils/memory/_kv.py: module_util memory/_kv.py not in the plugins/module_utils table" in out
+    assert "plugins/module_utils/memory/: module_util memory/ not in the plugins/module_utils table" in out
+    _row(tmp_path, "plugins/module_utils", "| `memory/` | memory | a server | kv_budget |")
+    _row(tmp_path, "plugins/module_utils", "| `memory/_kv.py` | KV arithmetic | hosts |")
     assert conventions.main([]) == 0, capsys.readouterr().out
+
+
+def test_a_module_util_tabled_under_its_old_flat_name_is_named(conventions, tmp_path, capsys):
+    # The file moved into its package; a row that still names it flat describes a file that is not there.
+    _helper(tmp_path, "module_utils/memory", "__init__.py")
+    _helper(tmp_path, "module_utils/memory", "_kv.py")
+    _row(tmp_path, "plugins/module_utils", "| `memory/` | memory | a server | kv_budget |")
+    _row(tmp_path, "plugins/module_utils", "| `_kv.py` | KV arithmetic | hosts |")
+    assert conventions.main([]) == 1
+    out = capsys.readouterr().out
+    assert "the plugins/module_utils table names module_util _kv.py, but there is no plugins/module_utils/_kv.py" in out
+    assert "plugins/module_utils/memory/_kv.py: module_util memory/_kv.py not in the plugins/module_utils table" in out
 
 
 def test_a_helper_listed_under_the_wrong_folder_is_named(conventions, tmp_path, capsys):
     # The page says the report moved to the controller's plugin_utils; the file is still in module_utils.
     _helper(tmp_path, "module_utils", "_report.py")
-    _row(tmp_path, "plugins/plugin_utils", "| `_report.py` | the report | controller |")
+    _row(tmp_path, "plugins/plugin_utils", "| `report/_report.py` | the report | controller |")
     assert conventions.main([]) == 1
     out = capsys.readouterr().out
     assert "plugins/module_utils/_report.py: module_util _report.py not in the plugins/module_utils table" in out
-    assert "the plugins/plugin_utils table names plugin_util _report.py, but there is no plugins/plugin_utils/_report.py" in out
+    assert ("the plugins/plugin_utils table names plugin_util report/_report.py, but there is no "
+            "plugins/plugin_utils/report/_report.py") in out
 
 
 def test_a_file_the_page_names_that_does_not_exist_is_named(conventions, tmp_path, capsys):
@@ -130,8 +149,10 @@ def test_a_file_the_page_names_that_does_not_exist_is_named(conventions, tmp_pat
     doc.write_text(doc.read_text() + "\nShape names live in `_shapes.py` (SHAPES).\n")
     assert conventions.main([]) == 1
     assert "docs/architecture.md: names _shapes.py, which is in neither" in capsys.readouterr().out
-    _helper(tmp_path, "module_utils", "_shapes.py")
-    _row(tmp_path, "plugins/module_utils", "| `_shapes.py` | shape names | hosts |")
+    _helper(tmp_path, "module_utils/bench", "__init__.py")
+    _helper(tmp_path, "module_utils/bench", "_shapes.py")
+    _row(tmp_path, "plugins/module_utils", "| `bench/` | measuring | - | - |")
+    _row(tmp_path, "plugins/module_utils", "| `bench/_shapes.py` | shape names | hosts |")
     assert conventions.main([]) == 0, capsys.readouterr().out
 
 
@@ -166,21 +187,22 @@ def test_a_runs_on_cell_that_the_imports_contradict_is_named():
     text = (ROOT / "docs" / "architecture.md").read_text()
     assert module.runs_on_problems(text) == []
     # _stats.py runs on hosts too (spec_bench -> _load -> _loadgate -> _stats): a page saying "controller" is wrong.
-    assert module.runs_on()["_stats.py"] == {"hosts", "controller"}
-    row = next(line for line in text.splitlines() if line.startswith("| `_stats.py` |"))
+    assert module.runs_on()["common/_stats.py"] == {"hosts", "controller"}
+    row = next(line for line in text.splitlines() if line.startswith("| `common/_stats.py` |"))
     wrong = text.replace(row, row[:row.rindex("|", 0, len(row) - 1)] + "| controller |")
     problems = module.runs_on_problems(wrong)
-    assert len(problems) == 1 and "_stats.py runs on controller and hosts" in problems[0]
+    assert len(problems) == 1 and "common/_stats.py runs on controller and hosts" in problems[0]
     # A module with an action plugin of its name is documentation only: what it imports does not run on hosts.
-    assert module.runs_on()["_report_args.py"] == {"controller"}
+    assert module.runs_on()["common/_report_args.py"] == {"controller"}
 
 
 def test_a_room_over_the_line_limit_is_named_but_a_generated_table_is_not(conventions, tmp_path):
     mu = tmp_path / "plugins" / "module_utils"
     mu.mkdir(parents=True)
     header = "# Copyright: (c) 2026, llmfleet.specdec contributors\n"
-    (mu / "_big.py").write_text(header + "x = 1\n" * conventions.MAX_ROOM_LINES)
+    (mu / "bench").mkdir()
+    (mu / "bench" / "_big.py").write_text(header + "x = 1\n" * conventions.MAX_ROOM_LINES)
     (mu / "_table.py").write_text(header + "# GENERATED - do not edit\n" + "x = 1\n" * 2000)
     (mu / "_small.py").write_text(header + "x = 1\n" * 10)
     problems = conventions.size_problems()
-    assert len(problems) == 1 and problems[0].startswith("plugins/module_utils/_big.py: 751 lines, over 750")
+    assert len(problems) == 1 and problems[0].startswith("plugins/module_utils/bench/_big.py: 751 lines, over 750")

@@ -390,8 +390,8 @@ def test_try_pending_trial_runs_on_the_disk_and_keeps_what_ran_only_in_the_dead_
 
 
 def test_try_pending_goes_with_keep_what_runs_and_one_unit() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._unit_override import run_unit_override
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_override import run_unit_override
     for params in ({"unit": "llama-server", "state": "present", "env": {"A": "1"}, "try_pending": True},
                    {"unit": "*", "state": "absent", "try_pending": True},
                    {"unit": "llama-server", "state": "confirmed", "try_pending": True}):

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _design as ds
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design as ds
 
 # Dunnett's tables (one control, m comparisons, equal group sizes: rho = 0.5), 5 %, one-sided and two-sided,
 # as printed in the published tables (Dunnett 1955 and 1964; two decimals).

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift as drift
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host as host
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as host_state
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_drift import watch_failing, watch_lines
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as host_state
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift as drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift_host as host
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_drift import watch_failing, watch_lines
 
 PROMOTED_ENV = {"LLAMA_ARG_MODEL": "/srv/m/target.gguf", "LLAMA_ARG_PORT": "8080",
                 "LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/srv/m/draft.gguf",

@@ -11,12 +11,12 @@ from typing import Any, Callable
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import build_shapes
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._shapes import build_shapes
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 from testbed.server import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
@@ -135,7 +135,7 @@ def test_vllm_counters_are_read_too():
 
 
 def test_parse_spec_counters_is_breakevens():
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven
     assert ep.parse_spec_counters is _breakeven.parse_spec_counters
 
 

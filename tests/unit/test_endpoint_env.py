@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint_env import endpoint_names
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._endpoint_env import endpoint_names
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "roles" / "vllm_serve" / "files" / "vllm-serve-exec"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as ef
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as ef
 
 ROOT = Path(__file__).resolve().parents[2]
 

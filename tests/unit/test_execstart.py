@@ -1,4 +1,4 @@
-"""systemd's ExecStart=/Environment= syntax (module_utils/_execstart.py), case by case against systemd 252's rules.
+"""systemd's ExecStart=/Environment= syntax (module_utils/systemd/_execstart.py), case by case against systemd 252's rules.
 
 Every expectation here is what systemd 252 (Debian 12) does with the same text: the unit loader's
 extract_first_word with UNQUOTE|CUNESCAPE, unit_full_printf, replace_env_argv at spawn time, and the config
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
 
 TABLE = {"n": "llama-server.service", "N": "llama-server", "p": "llama-server", "i": "", "t": "/run", "h": "/root"}
 

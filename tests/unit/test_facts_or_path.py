@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import facts_or_path
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import facts_or_path
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import run_spec_lint
 from ansible_collections.llmfleet.specdec.plugins.modules import kv_budget as kv_budget_module
 
 # header facts as gguf_info returns them, less the architecture (what a hand-written dict may forget)

@@ -5,8 +5,8 @@ import shlex
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
 
 
 def codes(config: dict) -> list[str]:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from ab_runs import greedy_text, make_run
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _fleet, _fleet_plots
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_fleet import ab_batch, fleet_entries
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _fleet, _fleet_plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_fleet import ab_batch, fleet_entries
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,

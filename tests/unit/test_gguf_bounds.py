@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 from gguf_bytes import Builder, T
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import GGUFError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import (
     MAX_KEY_BYTES,
     MAX_KEY_NAME_BYTES,
     read_header,
     read_pair,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import run_spec_lint
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import (
     MAX_TEXT,
     MAX_VALUE_ITEMS,
     model_facts,
     tokenizer_fingerprint,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import run_spec_lint
 
 
 def _file(tmp_path: Path, name: str, b: Builder) -> str:

@@ -6,8 +6,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 from testbed.models import ModelSpec, write_model, write_standard_set
 
 

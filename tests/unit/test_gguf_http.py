@@ -7,9 +7,9 @@ import gguf
 import numpy as np
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError, GGUFFetchError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import GGUFError, GGUFFetchError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 from testbed.http_range import serve_directory
 
 

@@ -13,14 +13,14 @@ from gguf_bytes import Builder, T
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import GGUFError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import (
     Array,
     parse_header,
     read_header,
     tokens_sha256,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf_source import FileSource
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf_source import FileSource
 
 
 def _write_with_gguf(path: Path, endian: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:

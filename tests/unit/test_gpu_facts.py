@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _gpu as gpu
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _gpu as gpu
 from ansible_collections.llmfleet.specdec.plugins.modules import gpu_info
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _gpu, _sizing
-from ansible_collections.llmfleet.specdec.plugins.module_utils._kv import MIB
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _gpu, _sizing
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._kv import MIB
 from testbed.pinned import LLAMA_CPP_PYTHON_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]

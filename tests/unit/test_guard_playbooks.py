@@ -37,7 +37,7 @@ def said(proc: subprocess.CompletedProcess) -> str:
 
 def lock_path(state: Path) -> Path:
     """ab_lock's file for unit llama-server (the .service suffix is dropped from the file name)."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs
     return Path(hs.lock_paths(str(state), "llama-server")[0])
 
 

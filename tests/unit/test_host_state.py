@@ -16,10 +16,10 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs
 from ansible_collections.llmfleet.specdec.plugins.modules import ab_lock
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_host_state as hs_filter
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_host_state as hs_filter
 
 T0 = 1_800_000_000.0
 

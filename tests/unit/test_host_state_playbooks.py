@@ -110,7 +110,7 @@ def test_playbooks_that_change_hosts_refuse_the_whole_inventory(pb: str) -> None
 def test_require_unit_free_refuses_naming_the_holder_and_specdec_force_goes_ahead(tmp_path: Path) -> None:
     """playbooks/tasks/require_unit_free.yml (deploy, build and promote include it): an A/B's lock stops the host
     before anything changes, naming the run; -e specdec_force=true goes ahead; a dead run's lock does not count."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _host_state as hs
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs
 
     state = tmp_path / "state"
     hs.acquire({"unit": "llama-server", "state_dir": str(state), "expires_after": 3600, "state_mode": 0o700,

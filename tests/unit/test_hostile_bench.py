@@ -10,8 +10,8 @@ from typing import Callable
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils._breakeven import BreakevenError, parse_spec_counters
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._breakeven import BreakevenError, parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_bench
 from testbed.hostile_http import RawServer, Request, header_value, raw_server, response
 

@@ -11,9 +11,9 @@ import pytest
 from ansible.module_utils.common.parameters import PASS_VARS
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _http
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import GGUFFetchError, SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import GGUFFetchError, SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
 from ansible_collections.llmfleet.specdec.plugins.modules import gguf_info
 from testbed.hostile_http import RawServer, Request, header_value, raw_server, response, self_signed_context
 from testbed.server import free_port

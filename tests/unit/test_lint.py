@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint, _llamacpp
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint import _lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _llamacpp
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_lint as spec_lint_module
 
 

@@ -7,9 +7,11 @@ from typing import Any
 import ab_runs
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _loadgate, _stats
-from ansible_collections.llmfleet.specdec.plugins.module_utils._load import LoadError, burst_summary, resolve_concurrency
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _report
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _loadgate
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._load import LoadError, burst_summary, resolve_concurrency
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 
 N = 2
 BURSTS = 3

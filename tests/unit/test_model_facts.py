@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from gguf_bytes import Builder, T
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
 
 
 def _facts(tmp_path: Path, arch: str, kvs: dict[str, tuple[int, Any]], tensors: list[str] = ()) -> dict:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._stats import ReportInputError
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_paths as path_filters
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._stats import ReportInputError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_paths as path_filters
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

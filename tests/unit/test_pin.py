@@ -1,4 +1,4 @@
-"""What ran, kept as the way back (module_utils/_pin.py, unit_override keep_what_runs): the pin reads the running
+"""What ran, kept as the way back (module_utils/systemd/_pin.py, unit_override keep_what_runs): the pin reads the running
 process from a fake /proc and writes lines systemd reads back as exactly that environment and command line; the
 dead-man's script keeps a copy. The crash matrix (test_crash_matrix.py) runs it at every cut of a forced A/B.
 """
@@ -12,10 +12,10 @@ from typing import Dict, List
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _pin
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
-from ansible_collections.llmfleet.specdec.plugins.module_utils._execstart import parse_environment, parse_exec
-from ansible_collections.llmfleet.specdec.plugins.module_utils._systemd import UnitOverrideError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _pin
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._execstart import parse_environment, parse_exec
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import UnitOverrideError
 
 HOSTILE = {
     "LLAMA_ARG_MODEL": "/models/q wen 8b.gguf",

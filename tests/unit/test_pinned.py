@@ -7,7 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build, _flags, _lint, _llamacpp
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint import _lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags, _llamacpp
 from testbed import pinned, server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 RUN = Path(__file__).parent / "fixtures" / "ab" / "llamacpp_run.json"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import build_from_record
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_preflight import build_from_record
 
 PATH = "/etc/llmfleet-specdec/llamacpp-build.json"
 

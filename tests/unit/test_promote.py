@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_envfile import env_file_lines
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._envfile import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_envfile import env_file_lines
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import (
     BEGIN,
     END,
     promote_env,
@@ -183,7 +183,7 @@ def test_a_run_of_another_unit_is_never_promoted_onto_this_one() -> None:
 
 
 def test_the_newest_run_is_the_newest_of_this_unit() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_host_state import ab_history_last
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_host_state import ab_history_last
 
     history = "\n".join([
         '{"run_id": "20261101T000000Z-aaaaaa"}',  # before history was kept per unit: counts for every unit

@@ -5,10 +5,10 @@ import pytest
 from ab_runs import greedy_text, make_run
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import promote_env, promotion_record
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality as q
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import promote_env, promotion_record
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 DRAFT = {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/draft.gguf"}
 Q4 = {"LLAMA_ARG_MODEL": "/m/target-q4_0.gguf"}
@@ -194,7 +194,10 @@ def test_promoting_a_lossless_winner_is_unchanged():
 # ------------------------------------------------------------------------------------ preflight
 
 def test_preflight_says_how_a_config_is_judged_and_refuses_speculation_declared_lossy():
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import preflight_results, preflight_table
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_preflight import (
+        preflight_results,
+        preflight_table,
+    )
 
     prod = {"LLAMA_ARG_MODEL": "/m/target.gguf"}
     configs = [{"name": "baseline"}, {"name": "kv", "env": KV}, {"name": "draft", "env": DRAFT},
@@ -214,7 +217,7 @@ def test_preflight_says_how_a_config_is_judged_and_refuses_speculation_declared_
 
 
 def test_memory_change_ratios():
-    from ansible_collections.llmfleet.specdec.plugins.module_utils._knobs import memory_change
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.memory._knobs import memory_change
 
     def budget(kv, weights, draft=None):
         out = {"target": {"total_bytes": kv, "weights_by_device": {"CPU": weights}, "cache_type_k": "f16",
@@ -263,7 +266,7 @@ def test_kv_budget_module_reports_the_knob_against_the_baseline(tmp_path, capsys
 
 
 def test_summary_lines_and_report_configs_carry_the_judging():
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_report_configs
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_report_configs
 
     run = kv_run()
     lines = rp.summary_lines(rp.build_document(run, jd.judge(run)))

@@ -3,7 +3,7 @@ step's error reaches the operator as one line, without Ansible's wrapping."""
 from __future__ import annotations
 
 from ansible_collections.llmfleet.specdec.plugins.filter.internal import error_line, internal
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import (
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_preflight import (
     preflight_results,
     preflight_table,
 )

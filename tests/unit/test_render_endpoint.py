@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
-from ansible_collections.llmfleet.specdec.plugins.module_utils._render import render_candidate, render_configs
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import preflight_results
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._render import render_candidate, render_configs
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_preflight import preflight_results
 
 LLAMA = "/opt/specdec/bin/llama-server"
 HAND = [LLAMA, "-m", "/srv/t.gguf", "-t", "1", "--port", "8081", "--metrics"]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from ab_runs import greedy_text, make_run
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _plots
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _plots
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report as rp
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,

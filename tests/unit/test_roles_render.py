@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
-from ansible_collections.llmfleet.specdec.plugins.module_utils._flags import parse as parse_flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils._lint import lint
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_ab as ab_filters
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_vllm as vllm_filters
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint._lint import lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._envfile import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_ab as ab_filters
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_vllm as vllm_filters
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -247,7 +247,7 @@ def test_unit_templates_quote_every_word_for_systemd_not_for_a_shell(tmp_path):
 
 def test_vllm_unit_keeps_a_promotion_on_redeploy(tmp_path):
     """vllm_serve writes the promotion record's block again (as llamacpp_serve does), so deploy.yml keeps it."""
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_promote import BEGIN, promotion_record
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import BEGIN, promotion_record
 
     ngram = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
     report = {"run_id": "20261201T000000Z", "host": "frank-zealot", "baseline": "baseline",

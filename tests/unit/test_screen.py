@@ -1,4 +1,4 @@
-"""The screen's replay (module_utils/_screen.py, _ngram.py) against a recorded real run: production's greedy tokens
+"""The screen's replay (module_utils/screen/_screen.py, _ngram.py) against a recorded real run: production's greedy tokens
 and the real llama-server's own per-request draft_n / draft_n_accepted with each n-gram proposer loaded
 (tests/unit/fixtures/screen/ngram_run.json, recorded by tests/testbed/record_screen.py); and the replay's rules."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _ngram, _screen
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _ngram
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
 
 RUN = json.loads((Path(__file__).parent / "fixtures" / "screen" / "ngram_run.json").read_text())
 

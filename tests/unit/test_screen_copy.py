@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _screen, _screen_copy
-from ansible_collections.llmfleet.specdec.plugins.module_utils._procview import ProcView
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen, _screen_copy
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView
 
 PROD = ["/opt/llama/bin/llama-server", "-m", "/srv/m.gguf", "--host", "0.0.0.0", "--port", "8093", "-t", "6",
         "-fa", "on", "-c", "32768", "-np", "4", "--api-key", "s3cret", "--spec-type", "draft-simple",
@@ -29,7 +29,7 @@ def test_the_copy_runs_productions_arguments_without_its_port_keys_model_or_spec
 
 
 def test_every_draft_and_speculation_option_of_the_pinned_tree_is_dropped_from_the_copy() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
 
     spec = [opt for opt in _flags.OPTIONS if any("draft" in n or n.startswith("--spec") for n in opt.names)]
     assert len(spec) > 20

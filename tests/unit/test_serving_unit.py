@@ -1,4 +1,4 @@
-"""Reading a serving unit as systemd will run it (module_utils/_serving_unit.py, module serving_unit_info).
+"""Reading a serving unit as systemd will run it (module_utils/systemd/_serving_unit.py, module serving_unit_info).
 
 systemctl is a fake runner that answers `systemctl show` like systemd 252 (the unit files are real files in a
 temporary directory); molecule/units runs the same reading against a real systemd.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _serving_unit as su
 from ansible_collections.llmfleet.specdec.plugins.modules import serving_unit_info
 
 LLAMA = "/opt/specdec/bin/llama-server"
@@ -112,7 +112,7 @@ def test_a_renamed_promotion_before_the_reload_restores_where_the_dead_man_waits
     """promote.yml renames zx- to 40- and restarts through unit_override, whose daemon-reload comes after it reads
     production's endpoint: the file systemd still lists is gone, so the reading refuses (run daemon-reload), and the
     restore waits where the armed dead-man does, never on the default port (found on real systemd: 8080)."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
 
     systemd = FakeSystemd(tmp_path, f"[Service]\nExecStart={LLAMA} -m /a --port 8093\n",
                           {su.es.PROMOTED_DROPIN_LATE: f"[Service]\nExecStart=\nExecStart={LLAMA} -m /p --port 8093\n"})

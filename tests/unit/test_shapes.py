@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _shapes as shapes
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _shapes as shapes
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 
 SMALL = {"prose": {"chars": 400, "n_predict": 24}, "echo": {"chars": 600, "n_predict": 96},
          "structured": {"chars": 300, "n_predict": 48}, "identity": {"n_predict": 16}}

@@ -11,13 +11,13 @@ from ansible.module_utils.testing import patch_module_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _kv as kv
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _lint_rules as lint
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _placement as placement
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _sizing as sizing
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._model_facts import model_facts
+from ansible_collections.llmfleet.specdec.plugins.module_utils.lint import _lint_rules as lint
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _kv as kv
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _placement as placement
+from ansible_collections.llmfleet.specdec.plugins.module_utils.memory import _sizing as sizing
 from ansible_collections.llmfleet.specdec.plugins.modules import kv_budget as kv_budget_module
 from testbed.models import ModelSpec, write_model
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from gguf_bytes import Builder, T
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import (
     are_compatible,
     compat_report,
     vocab_params,

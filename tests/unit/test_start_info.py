@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _start_info as si
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _start_info as si
 
 # A restart as systemd 252 reports it: stop 2.5 s, ExecStartPre 20 s, then the server's process.
 SHOW = """Id=llama-server.service

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from ab_runs import BASE_RATE, greedy_text, make_run, request
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality as q
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _stats as st
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils._shapes import SHAPES
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge as jd
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _predict as pr
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality as q
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._shapes import SHAPES
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge as jd
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _predict as pr
 
 DRAFTER = {"chain": ["draft-simple"], "draft": (30, 20), "metrics": True, "drafts_per_request": 10,
            "per_pos": [9, 7, 4], "k": 3}
@@ -553,8 +553,8 @@ def test_a_recorded_llamacpp_run_is_judged_from_spec_bench_output_as_it_is():
 def test_texts_are_compared_prompt_by_prompt_across_rounds() -> None:
     """Rounds may send different prompts under the same index (the A/B role seeds each round): a
     candidate's round-1 text is compared with the baseline's round-1 answer to that same prompt."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _quality
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 
     def req(rnd: int, text: str) -> dict:
         return {"shape": "echo", "prompt_index": 0, "repeat": 0, "round": rnd, "text": text,

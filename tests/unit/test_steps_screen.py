@@ -1,10 +1,10 @@
-"""The A/B's screen steps (plugin_utils/_steps_screen.py): which candidates the rounds measure."""
+"""The A/B's screen steps (plugin_utils/steps/_steps_screen.py): which candidates the rounds measure."""
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _steps_screen as ss
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_screen as ss
 
 
 def _row(tok_s: float, low: float, high: float, k: int = 4, length: float = 3.0) -> dict:
@@ -61,7 +61,7 @@ def test_the_drafter_runs_productions_own_binary(unit: dict, binary: str | None)
 
 
 def test_the_answer_comes_first_in_the_field_notes_order() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _breakeven as be
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
 
     report = be.assess(t_s=40.0, d_s=5.0, incumbent_rate=25.0, ks=[1, 3, 7], drafter="draft-simple")
     results = [{"name": "baseline", "legal": True, "effective_chain": []},

@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _procview as procview
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _procview as procview
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
 from ansible_collections.llmfleet.specdec.plugins.modules import unit_override
 
 # ------------------------------------------------------------------ names and paths

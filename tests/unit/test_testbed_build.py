@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build as build
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "testbed" / "build_llama_server.sh"

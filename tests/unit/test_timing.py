@@ -1,4 +1,4 @@
-"""The A/B run's time planned from the box (plugin_utils/_timing.py, filters ab_timing and ab_dead_man)."""
+"""The A/B run's time planned from the box (plugin_utils/verdicts/_timing.py, filters ab_timing and ab_dead_man)."""
 from __future__ import annotations
 
 import math
@@ -6,16 +6,16 @@ import math
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._endpoint import plan_requests
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _timing
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_schedule
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_host_state import ab_dead_man
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_timing import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import plan_requests
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_host_state import ab_dead_man
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_timing import (
     ab_busy_counts,
     ab_model_files,
     ab_timing,
     ab_timing_record,
 )
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _timing
 
 CONFIGS = [{"name": "baseline", "env": {}},
            {"name": "draft", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-simple", "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}},

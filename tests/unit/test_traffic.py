@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _endpoint as ep
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _shapes, _traffic
-from ansible_collections.llmfleet.specdec.plugins.module_utils._traffic import TrafficError, load_traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _shapes, _traffic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._traffic import TrafficError, load_traffic
 
 SECRET = "the launch code is 0000-SECRET"
 CHAT = json.dumps({"messages": [{"role": "system", "content": "Be brief."},
@@ -106,7 +106,8 @@ def test_overlap_says_whether_ngram_can_help() -> None:
 def test_the_report_says_per_shape_whether_ngram_can_help(monkeypatch: pytest.MonkeyPatch) -> None:
     import ab_runs
 
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils import _judge, _report
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
 
     monkeypatch.setitem(ab_runs.BASE_RATE, "support", 40.0)
     run = ab_runs.make_run({"baseline": {}, "x": {"speedup": 1.1, "chain": ["ngram-mod"]}}, rounds=1,

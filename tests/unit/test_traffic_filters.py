@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_traffic import ab_traffic, ab_traffic_mix
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_traffic import ab_traffic, ab_traffic_mix
 
 ITEMS = [{"name": "tickets", "file": "files/tickets.jsonl", "n_predict": 24, "weight": 2},
          {"name": "code", "file": "/srv/code.jsonl", "n_predict": 64}]

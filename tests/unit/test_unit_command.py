@@ -1,4 +1,4 @@
-"""A unit's command line understood (module_utils/_unit_command.py) and a candidate rendered in its form (_render.py)."""
+"""A unit's command line understood (module_utils/systemd/_unit_command.py) and a candidate rendered in its form (_render.py)."""
 from __future__ import annotations
 
 import fnmatch
@@ -6,10 +6,14 @@ import shlex
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _flags
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_command as uc
-from ansible_collections.llmfleet.specdec.plugins.module_utils._render import RenderError, render_candidate, render_configs
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_ab import ab_render, ab_report_configs, ab_schedule
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._render import (
+    RenderError,
+    render_candidate,
+    render_configs,
+)
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_render, ab_report_configs, ab_schedule
 
 LLAMA = "/opt/specdec/bin/llama-server"
 HAND = [LLAMA, "-m", "/srv/t.gguf", "-md", "/srv/d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "3",
@@ -190,7 +194,7 @@ def test_a_depth_sweep_is_three_servers_and_the_report_knows_each_depth() -> Non
 
 
 def test_exec_start_quoting_is_what_systemd_gives_back() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
     unit = unit_of(HAND)
     r = render_candidate({}, {}, ["--alias", "100% $HOME \"x\""], "q", unit=unit)
     text = es.quote_exec_argv(r["exec_start"], "")
@@ -210,8 +214,8 @@ def _report(unit: dict) -> dict:
 
 
 def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import exec_promotion
 
     unit = unit_of(HAND)
     report = _report(unit)
@@ -243,8 +247,8 @@ def test_exec_promotion_is_a_drop_in_that_systemd_reads_back() -> None:
 def test_a_promotion_sorts_after_the_operators_override_conf() -> None:
     """systemctl edit's override.conf sorts after 40-...: the promotion takes the late name (zx-, before the A/B's
     zz- and the pins' zy-), so its ExecStart= is the one the unit runs; the other name is the one to remove."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import exec_promotion
 
     folder = "/etc/systemd/system/llama.service.d"
     unit = unit_of(HAND)
@@ -263,15 +267,15 @@ def test_a_promotion_sorts_after_the_operators_override_conf() -> None:
     assert late["text"] == plain["text"]
     # the late name sorts after an operator's override.conf and before every pin and the A/B's drop-in, which
     # must still win over it (a renamed pin or drop-in that sorted before it would be overridden by the promotion)
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _pin, _systemd
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _pin, _systemd
     ours_after = [_pin.BUILD_PIN_NAME, _pin.DEPLOY_PIN_NAME, _systemd.PIN_NAME, _systemd.DROPIN_NAME]
     assert "override.conf" < es.PROMOTED_DROPIN_LATE < min(ours_after)
     assert es.PROMOTED_DROPIN < "override.conf" and es.OWN_MARK in es.PROMOTED_DROPIN_LATE
 
 
 def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import exec_promotion
 
     unit = unit_of(HAND)
     report = _report(unit)
@@ -286,7 +290,7 @@ def test_exec_promotion_keeps_names_with_newlines_inside_their_comment() -> None
 
 
 def test_a_prefixed_units_process_runs_the_promoted_lines_tail() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch, runs_command
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import exec_watch, runs_command
 
     prefixed = ["/usr/bin/nice", "-n", "3", "/usr/bin/env", "X=1", "/usr/bin/taskset", "-c", "0", *HAND]
     # nice, env and taskset exec'd the server: /proc/<pid>/cmdline is the line's tail (found on real systemd: the
@@ -310,8 +314,8 @@ def test_a_prefixed_units_process_runs_the_promoted_lines_tail() -> None:
 
 
 def test_a_wrapper_winner_is_a_drop_in_of_its_variables_only() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import env_carries, exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import env_carries, exec_promotion
 
     server = HAND[1:]
     live = {"unit": "llama.service", "installed": True, "form": "env", "kind": "wrapper", "engine": "llamacpp",
@@ -351,7 +355,7 @@ def test_a_wrapper_winner_is_a_drop_in_of_its_variables_only() -> None:
 
 
 def test_the_watch_compares_the_running_and_the_pending_command_line() -> None:
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_units import exec_watch
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_units import exec_watch
 
     unit = unit_of(HAND)
     report = _report(unit)

@@ -12,8 +12,8 @@ import crash_matrix as cm
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_deploy as ud
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_deploy as ud
 from ansible_collections.llmfleet.specdec.plugins.modules import unit_deploy
 
 UNIT = cm.UNIT

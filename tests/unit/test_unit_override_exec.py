@@ -11,11 +11,11 @@ from typing import Any, Dict
 import pytest
 from test_systemd import FakeHost, _manager
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _execstart as es
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
 
 LLAMA = "/opt/specdec/bin/llama-server"
 PRODUCTION = [LLAMA, "-m", "/srv/t.gguf", "--spec-draft-n-max", "3", "--port", "8080"]

@@ -9,7 +9,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
 
 
 class _Server(http.server.BaseHTTPRequestHandler):
@@ -117,7 +117,7 @@ def redirecting(server: Tuple[str, int]) -> Iterator[str]:
 
 
 def test_a_redirect_is_not_health_and_is_not_followed(redirecting: str) -> None:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate
 
     assert uo.http_get(redirecting, 2.0)[0] == 302
     assert _activate.http_get(redirecting, 2.0)[0] == 302
@@ -130,7 +130,8 @@ def _script_namespace(text: str) -> dict:
 
 
 def _scripts() -> list:
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _activate, _systemd, _unit_deploy
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd, _unit_deploy
 
     return [_systemd.render_rollback_script(_systemd.override_paths("llama-server"), "/usr/bin/python3",
                                             "http://127.0.0.1:8080/health", 30),

@@ -1,4 +1,4 @@
-"""Wrapper units (module_utils/_unit_wrapper.py): a script that ends in `exec llama-server ...`, `sh -c '... exec
+"""Wrapper units (module_utils/systemd/_unit_wrapper.py): a script that ends in `exec llama-server ...`, `sh -c '... exec
 llama-server ...'`, a wrapper that keeps the server as a child. The server is read from a fake /proc; candidates
 go in form env, refused when the server would not see them, and verified on the new process's environ;
 molecule/units runs the same on a real systemd.
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _render as render
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _serving_unit as su
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_wrapper as uw
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _render as render
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _serving_unit as su
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_wrapper as uw
 
 LLAMA = "/opt/specdec/bin/llama-server"
 CGROUP = "/system.slice/llama.service"
@@ -148,8 +148,8 @@ def test_a_wrapper_that_sets_the_candidates_variable_itself_fails_the_candidate_
     environment; the candidate's 4 never reaches the new server, whose environ says so; production is put back."""
     import crash_matrix as cm
 
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _envfile as envfile
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _unit_override as uo
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_override as uo
 
     cm.install()
     host = cm.Host(tmp_path / "h")
@@ -181,7 +181,7 @@ def test_a_failed_candidate_of_a_wrapper_unit_is_restored_on_the_endpoint_its_de
         tmp_path: Path) -> None:
     """No server runs (the candidate never started one), so the wrapper cannot be read: the restore waits where
     production answered when the dead-man was armed, not on the env's default port."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _systemd as sd
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _systemd as sd
 
     wrapper = script(tmp_path, f"exec {LLAMA} --port 8092\n")
     process(tmp_path, 42, ["/bin/sh", str(wrapper)], {})  # the candidate's wrapper, its server gone

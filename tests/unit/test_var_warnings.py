@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_vars import DEPRECATED, known_names, var_notes
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_vars import DEPRECATED, known_names, var_notes
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _build as build
-from ansible_collections.llmfleet.specdec.plugins.module_utils._version import Version, parse, search
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build as build
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._version import Version, parse, search
 
 # Each list is in ascending PEP 440 order (the order packaging.version sorts them in).
 ORDERED = ["0.20.0", "0.20.1.dev1", "0.20.1.dev42", "0.20.1a1", "0.20.1a2.dev1", "0.20.1a2", "0.20.1b1",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._version import parse
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._version import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIRS = ("plugins/modules", "plugins/filter", "plugins/lookup", "plugins/action", "plugins/callback")

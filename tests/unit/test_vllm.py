@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm import _vllm
 
 DFLASH = {"method": "dflash", "model": "z-lab/Qwen3.6-35B-A3B-DFlash", "num_speculative_tokens": 15,
           "attention_backend": "flash_attn"}

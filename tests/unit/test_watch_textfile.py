@@ -16,9 +16,9 @@ from ansible.module_utils.testing import patch_module_args
 from prometheus_client.parser import text_string_to_metric_families
 from test_drift import _evidence, _Systemd
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_host as host
-from ansible_collections.llmfleet.specdec.plugins.module_utils import _drift_textfile as textfile
-from ansible_collections.llmfleet.specdec.plugins.module_utils._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift_host as host
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift_textfile as textfile
 from ansible_collections.llmfleet.specdec.plugins.modules import spec_watch
 
 ROOT = Path(__file__).resolve().parents[2]

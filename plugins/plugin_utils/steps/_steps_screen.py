@@ -1,0 +1,204 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Controller-side steps for the A/B's screen: which candidates deserve a production restart. Called through filter
+# llmfleet.specdec.internal by roles/spec_ab/tasks/screen.yml.
+"""- ``serving_unit | llmfleet.specdec.internal('screen_binary')``: the llama-server binary production's unit runs
+  (directly or through the collection's launcher), for the drafter's side server; None when the screen cannot say
+  (a container, vLLM).
+- ``configs | llmfleet.specdec.internal('screen_candidates', baseline, preflight_results)``: the configs spec_screen
+  takes, each at its own depth, with the preflight's KV fit.
+- ``screen | llmfleet.specdec.internal('screen_select', configs, baseline, min_speedup, rounds)``: which configs the
+  rounds measure and which are SCREENED OUT, with the restarts that saves.
+- ``preflight_results | llmfleet.specdec.internal('first_lines', decision, rounds)``: per speculative candidate, what
+  the preflight and the screen say, in the field notes' order (does the target already speculate, the break-even
+  acceptance at K = 1, 3, 7 against the incumbent, the measured acceptance and the predicted rate, the fit, the one
+  measurement that settles it).
+
+Why choosing the family this way keeps the confirmatory error rate: the screen reads production alone, never a
+candidate's measured rate, so which candidates enter the family is decided before, and independently of, the
+measurements the verdicts rest on; the rounds then control the family-wise false WIN over the candidates that
+enter (Dunnett over those), as for any family fixed in advance (docs/statistics.md).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+_DEPTH_VARS = ("LLAMA_ARG_SPEC_DRAFT_N_MAX",)
+
+
+def screen_binary(unit: Any) -> str | None:
+    if not isinstance(unit, dict) or unit.get("engine") not in (None, "llamacpp"):
+        return None
+    argv = [str(w) for w in unit.get("argv") or []]
+    at = None
+    if unit.get("kind") == "launcher" and unit.get("launcher") in argv:
+        at = argv.index(unit["launcher"]) + 1
+    elif unit.get("kind") == "direct" and isinstance(unit.get("server_at"), int):
+        at = unit["server_at"]
+    if at is not None and 0 <= at < len(argv):
+        return argv[at]
+    if unit.get("kind") in ("container",):
+        return None
+    # the launcher or a wrapper exec'd the server: the running process's own command line names it
+    running = (unit.get("running") or {}).get("argv") or []
+    first = str(running[0]) if running else ""
+    return first if first.rsplit("/", 1)[-1].startswith("llama-server") else None
+
+
+def screen_candidates(configs: Any, baseline: str, preflight: Any = None) -> list[dict[str, Any]]:
+    """Each candidate as spec_screen takes it; with the preflight's results, its KV fit beside production
+    (``fits``: a drafter kv_budget says does not fit is never started as a side server)."""
+    if not isinstance(configs, list):
+        raise AnsibleFilterError("screen_candidates: give the run's configs (a list)")
+    fits = {r.get("name"): r.get("fits") for r in preflight or [] if isinstance(r, dict)}
+    out = []
+    for config in configs:
+        if config.get("name") == baseline:
+            continue
+        item = {"name": config["name"], "env": dict(config.get("env") or {}), "flags": list(config.get("flags") or [])}
+        depth = next((item["env"][v] for v in _DEPTH_VARS if item["env"].get(v) not in (None, "")), None)
+        if depth is not None:
+            item["ks"] = [int(depth)]
+        if fits.get(config["name"]) is False:
+            item["fits"] = False
+        out.append(item)
+    return out
+
+
+def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, rounds: int) -> dict[str, Any]:
+    """Keep the baseline, every candidate the screen could not judge, and every screenable one whose predicted upper
+    bound reaches ``min_speedup`` against production; of a sweep (configs of one ``base``), the best predicted and
+    those whose interval overlaps it. The rest is SCREENED OUT, with its prediction."""
+    if not isinstance(screen, dict) or not isinstance(configs, list):
+        raise AnsibleFilterError("screen_select: give spec_screen's screen and the run's configs")
+    rate = float((screen.get("production") or {}).get("tok_s") or 0.0)
+    found = screen.get("candidates") or {}
+    predicted: dict[str, dict[str, Any]] = {}
+    for config in configs:
+        row = found.get(config.get("name"))
+        if row and row.get("screenable") and row.get("k") and rate > 0:
+            best = row["k"][str(row["best_k"])]
+            predicted[config["name"]] = {"k": row["best_k"], "predicted_tok_s": best["predicted_tok_s"],
+                                         "low": best["low"], "high": best["high"],
+                                         "speedup": best["predicted_tok_s"] / rate, "speedup_high": best["high"] / rate,
+                                         "mean_accepted_len": best["mean_accepted_len"]}
+    out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "production_tok_s": rate}
+    by_base: dict[str, list[str]] = {}
+    for config in configs:
+        if config.get("name") in predicted:
+            by_base.setdefault(str(config.get("base") or config["name"]), []).append(config["name"])
+    for config in configs:
+        name = config.get("name")
+        if name == baseline:
+            out["keep"].append(name)
+            continue
+        if name not in predicted:
+            out["keep"].append(name)
+            row = found.get(name) or {}
+            out["unscreened"].append({"name": name, "why": row.get("why") or "not screened"})
+            continue
+        p = predicted[name]
+        why = None
+        if p["speedup_high"] < float(min_speedup):
+            why = (f"predicted {p['speedup']:.2f}x [{p['low'] / rate:.2f}, {p['speedup_high']:.2f}] of production at "
+                   f"K={p['k']}: its upper bound is below spec_ab_min_speedup {float(min_speedup):.2f}x")
+        else:
+            family = by_base.get(str(config.get("base") or name), [name])
+            top = max(family, key=lambda n: predicted[n]["predicted_tok_s"])
+            if name != top and p["high"] < predicted[top]["low"]:
+                why = (f"predicted {p['speedup']:.2f}x at K={p['k']}, below {top} ({predicted[top]['speedup']:.2f}x) "
+                       "with no overlap: the sweep is confirmed at its best depth")
+        if why:
+            out["screened_out"].append(dict(p, name=name, why=why))
+        else:
+            out["keep"].append(name)
+    out["restarts_saved"] = len(out["screened_out"]) * int(rounds)
+    return out
+
+
+def _breakeven_from_screen(t_s: float, d_s: float, incumbent: float) -> list[dict[str, Any]]:
+    """Break-even acceptance at K = 1, 3, 7 from the screen's measured steps (target t_s, drafter d_s, in ms)."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven
+
+    # an n-gram lookup's step is reported as 0 (it costs about nothing beside the target's): a microsecond here
+    try:
+        return [{"k": k, "breakeven_p": _breakeven.breakeven_p(k, max(d_s, 0.001), t_s, incumbent)} for k in (1, 3, 7)]
+    except _breakeven.BreakevenError:  # a step the arithmetic cannot take: the line says it was not computed
+        return []
+
+
+def _fit_text(row: dict[str, Any]) -> str:
+    fits = row.get("fits")
+    mib = row.get("kv_bytes")
+    size = "" if mib is None else f" ({mib / 1048576:.1f} MiB of KV)"
+    if row.get("kv_error"):
+        return f"not sized ({str(row['kv_error'])[:80]})"
+    return {True: "fits beside the weights", False: "DOES NOT FIT", None: "unknown (no device memory given)"}[fits] + size
+
+
+def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[str]:
+    """The answer first, per speculative candidate of the preflight, in the field notes' order. ``decision`` is
+    screen_select's result (with ``screen``) where the screen ran; ``rounds`` the A/B's spec_ab_max_rounds."""
+    if not isinstance(results, list):
+        raise AnsibleFilterError("first_lines: give the preflight's results (a list)")
+    decision = decision if isinstance(decision, dict) else {}
+    screen = decision.get("screen") or {}
+    found = screen.get("candidates") or {}
+    out_names = {r.get("name"): r for r in decision.get("screened_out") or []}
+    production = screen.get("production") or {}
+    lines: list[str] = []
+    for row in results:
+        if not isinstance(row, dict) or not row.get("legal") or not row.get("effective_chain"):
+            continue
+        name = row.get("name")
+        be = row.get("breakeven") or {}
+        inc = be.get("incumbent") or {}
+        if inc.get("speculates") is None:
+            first = "1. does the target already speculate: unknown (no endpoint or counters to read)"
+        elif inc["speculates"]:
+            first = (f"1. the target already speculates: {inc.get('commit_per_round', 0):.2f} tokens a round "
+                     f"({inc.get('commit_source')}): the candidate must beat that, not plain decoding")
+        else:
+            first = f"1. the target does not speculate ({inc.get('commit_source')}): the incumbent is plain decoding"
+        if inc.get("rate") is not None:
+            first += f"; incumbent {float(inc['rate']):.1f} tok/s ({inc.get('rate_source')})"
+        rows = be.get("breakeven") or []
+        cand = found.get(name) or {}
+        if not rows and cand.get("screenable") and production.get("t_s_ms") and production.get("tok_s"):
+            # no operator timings: the screen's own step times, measured on production with no restart
+            rows = _breakeven_from_screen(float(production["t_s_ms"]), float(cand.get("d_s_ms") or 0.0),
+                                          float(production["tok_s"]))
+        if rows:
+            second = "2. break-even acceptance against the incumbent: " + ", ".join(
+                f"K={r['k']} p={'impossible' if r.get('breakeven_p') is None else format(r['breakeven_p'], '.2f')}"
+                for r in rows)
+        else:
+            second = ("2. break-even acceptance: not computed (give specdec_breakeven t_s and d_s, or let the A/B's "
+                      "screen time production)")
+        if cand.get("screenable") and cand.get("k"):
+            k = str(cand.get("best_k"))
+            best = cand["k"][k]
+            rate = float(production.get("tok_s") or 0.0)
+            ratio = f", {best['predicted_tok_s'] / rate:.2f}x production" if rate > 0 else ""
+            per_pos = ", ".join(format(a, ".2f") for a in best.get("accept_per_pos") or [])
+            third = (f"3. measured on production with no restart: mean accepted length "
+                     f"{best['mean_accepted_len']:.2f} at K={k} (acceptance by position {per_pos}); "
+                     f"predicted {best['predicted_tok_s']:.1f} tok/s [{best['low']:.1f}, {best['high']:.1f}]{ratio}")
+        elif cand:
+            third = f"3. acceptance not measured before the A/B: {cand.get('why')}"
+        else:
+            real = be.get("realistic") or {}
+            third = ("3. acceptance not measured yet (the A/B's screen measures it on production with no restart)"
+                     + (f"; the honest band p={real['band'][0]:g}-{real['band'][-1]:g} says "
+                        f"{str(real.get('verdict')).upper()}" if real.get("band") else ""))
+        fourth = "4. fit: " + _fit_text(row)
+        if name in out_names:
+            fifth = f"5. settled without a restart: SCREENED OUT ({out_names[name]['why']})"
+        else:
+            n = int(rounds) if str(rounds or "").isdigit() else None
+            fifth = ("5. what settles it: the confirming A/B on the production unit"
+                     + (f" (up to {n} restarts for this candidate)" if n else ""))
+        lines += [f"{name}:", "  " + first, "  " + second, "  " + third, "  " + fourth, "  " + fifth]
+    return lines

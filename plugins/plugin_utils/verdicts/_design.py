@@ -1,0 +1,572 @@
+# Copyright: (c) 2026, llmfleet.specdec contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Private to the collection, controller only: the run as one block design, Dunnett's many-to-one intervals, the sequential looks.
+"""The confirmatory analysis of an A/B run (docs/statistics.md says why each step is what it is).
+
+- :func:`fit_blocks`: the run as a randomized complete block design on log rates. Rounds are blocks, configs
+  are treatments, ``y[config][round] = mu + tau_config + beta_round + e`` fitted by least squares over every
+  cell the run measured (a config dropped after round 2 still gives its two rounds to the residual); the
+  residual variance is pooled across all configs, with ``df = cells - configs - rounds + 1``.
+- :func:`dunnett_c`: the one-sided many-to-one critical value, P(max_i T_i <= c) = 1 - alpha for
+  multivariate t with equal correlation rho, computed by numerical integration (the common factor and the
+  chi variable of the pooled variance, Simpson's rule on both).
+- :func:`verdict`: WIN / LOSS / EQUIVALENT / INCONCLUSIVE from a simultaneous interval and a margin.
+- :func:`sequential`: looks after rounds 2 .. max_rounds; at each look the undecided candidates are tested
+  against the baseline with the critical value of that look's share of alpha (alpha spent by an O'Brien-Fleming-
+  type function of the share of the planned rounds, the looks' shares adding up to alpha), and a candidate
+  whose optimistic bound cannot reach halfway to the smallest speedup worth having is stopped as futile (its
+  own small share of beta). A decided candidate is measured no more.
+
+Standard library only; pure and deterministic.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._stats import ReportInputError
+
+# the t distribution's tail and quantile, remembered: a run's looks ask for the same few values again and again
+t_cdf = functools.lru_cache(maxsize=8192)(_stats.t_cdf)
+t_quantile = functools.lru_cache(maxsize=8192)(_stats.t_quantile)
+
+WIN = "WIN"
+LOSS = "LOSS"
+EQUIVALENT = "EQUIVALENT"
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICTS = (WIN, LOSS, EQUIVALENT, INCONCLUSIVE)
+
+# The family-wise false-WIN rate across the run's candidates and looks (one-sided; LOSS has the same rate).
+ALPHA = 0.05
+# EQUIVALENT: the whole interval within 1 +- this share.
+EQUIVALENCE_MARGIN = 0.05
+# The design's planned effect: the smallest speedup worth a change. A candidate that cannot reach it any more is
+# stopped (futile); the fixed design it is compared with is the one with POWER at this effect.
+MIN_SPEEDUP = 1.2
+POWER = 0.8
+# The share of power the futility stops may cost at most (spent across looks like alpha).
+BETA = 0.2
+_TIE = 1e-9  # rounding, not a speedup: a run without any noise gives a point interval
+_ZERO_NOISE = 1e-6  # a pooled SD (log scale) at or below this is rounding, not noise: no measured start is this steady
+FIRST_LOOK = 2  # no look before two rounds: one round gives no variance between starts
+MAX_ROUNDS = 5
+
+METHOD = (
+    "randomized complete block design on log rates (rounds are blocks, configs treatments, fitted by least "
+    "squares over every measured cell; residual variance pooled across configs); each comparison's error the "
+    "larger of the pooled one and the pair's own (Shukla's per-config variances), at Welch-Satterthwaite's df; "
+    "many-to-one comparisons against the baseline with Dunnett's one-sided critical value (multivariate t, "
+    "equal correlation, computed by numerical integration) for every candidate of the run; sequential looks "
+    "from round 2, alpha spent by an "
+    "O'Brien-Fleming-type function of the share of planned rounds (the looks' shares add up to alpha); futility "
+    "when the optimistic bound cannot reach halfway (log scale) to the planned speedup")
+
+
+# ---------------------------------------------------------------------------------------------
+# the multivariate t: Dunnett's critical values
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _simpson(lo: float, hi: float, n: int) -> list[tuple[float, float]]:
+    """Nodes and weights of composite Simpson's rule on [lo, hi] with n (even) intervals."""
+    h = (hi - lo) / n
+    return [(lo + i * h, h / 3.0 * (1 if i in (0, n) else 4 if i % 2 else 2)) for i in range(n + 1)]
+
+
+_Z_NODES = [(z, w * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)) for z, w in _simpson(-8.0, 8.0, 64)]
+
+
+@functools.lru_cache(maxsize=256)
+def _chi_nodes(df: int) -> tuple[tuple[float, float], ...]:
+    """Nodes and weights for E[g(S)], S = sqrt(chi2_df / df) (the pooled SD over the true SD)."""
+    if df <= 0:
+        raise ReportInputError(f"Dunnett: df must be at least 1, got {df}")
+    log_const = (df / 2.0) * math.log(df) - math.lgamma(df / 2.0) - (df / 2.0 - 1.0) * math.log(2.0)
+
+    def log_f(s: float) -> float:
+        return log_const + (df - 1) * math.log(s) - df * s * s / 2.0
+
+    peak = math.sqrt(max(df - 1, 0) / df)
+    top = log_f(max(peak, 1e-9))
+    hi = max(peak, 0.5)
+    while log_f(hi) > top - 40.0:
+        hi += 0.05 + hi / 10.0
+    lo = 0.0
+    if df > 2:
+        lo = peak
+        while lo > 1e-6 and log_f(lo) > top - 40.0:
+            lo = max(lo * 0.9 - 0.01, 1e-6)
+    nodes = []
+    if df <= 2:
+        # Few df: the critical value runs to tens (83.8 at m 8, alpha 0.01, df 1), so P(max T <= c | S = s) rises
+        # from 0 to 1 over s of order 1 / c. Panels that double in width from 1e-4 resolve it at every c.
+        edges = [0.0, 1e-4]
+        while edges[-1] < hi:
+            edges.append(min(edges[-1] * 2.0, hi))
+        grid = [node for a, b in zip(edges, edges[1:]) for node in _simpson(a, b, 16)]
+    else:
+        grid = _simpson(lo, hi, 160 if df <= 5 else 80)
+    for s, w in grid:
+        if s > 0:
+            nodes.append((s, w * math.exp(log_f(s))))
+        elif df == 1:  # the half-normal density does not vanish at 0
+            nodes.append((0.0, w * math.exp(log_const)))
+    total = sum(w for _s, w in nodes)
+    return tuple((s, w / total) for s, w in nodes)
+
+
+def mvt_max_cdf(c: float, m: int, rho: float, df: int | None, two_sided: bool = False) -> float:
+    """P(max_i T_i <= c) (or max_i |T_i| with ``two_sided``) for m t-variables with common correlation rho >= 0
+    and ``df`` degrees of freedom (None: normal). T_i = (sqrt(rho) Z + sqrt(1 - rho) Z_i) / S."""
+    rho = min(max(rho, 0.0), 0.999)
+    a, b = math.sqrt(rho), math.sqrt(1.0 - rho)
+    nodes = ((1.0, 1.0),) if df is None else _chi_nodes(int(df))
+    total = 0.0
+    for s, ws in nodes:
+        inner = 0.0
+        for z, wz in _Z_NODES:
+            upper = _norm_cdf((c * s + a * z) / b)
+            p = upper - _norm_cdf((-c * s + a * z) / b) if two_sided else upper
+            inner += wz * p ** m
+        total += ws * inner
+    return total
+
+
+@functools.lru_cache(maxsize=4096)
+def _dunnett(m: int, df: int | None, alpha: float, rho: float, two_sided: bool) -> float:
+    tail = alpha / 2.0 if two_sided else alpha
+    lo = t_quantile(1.0 - tail, df) if df is not None else _z(1.0 - tail)
+    hi = t_quantile(1.0 - tail / m, df) if df is not None else _z(1.0 - tail / m)
+    hi += 1e-6
+    target = 1.0 - alpha
+    f_lo = mvt_max_cdf(lo, m, rho, df, two_sided) - target
+    f_hi = mvt_max_cdf(hi, m, rho, df, two_sided) - target
+    if f_lo >= 0:
+        return lo
+    for _dummy in range(60):  # Illinois regula falsi
+        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        f_mid = mvt_max_cdf(mid, m, rho, df, two_sided) - target
+        if abs(f_mid) < 1e-9 or hi - lo < 1e-7:
+            return mid
+        if (f_mid > 0) == (f_hi > 0):
+            hi, f_hi = mid, f_mid
+            f_lo /= 2.0
+        else:
+            lo, f_lo = mid, f_mid
+            f_hi /= 2.0
+    return 0.5 * (lo + hi)
+
+
+@functools.lru_cache(maxsize=1024)
+def _z(q: float) -> float:
+    lo, hi = -40.0, 40.0
+    for _dummy in range(200):
+        mid = 0.5 * (lo + hi)
+        if _norm_cdf(mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def dunnett_c(m: int, df: int | None, alpha: float = ALPHA, rho: float = 0.5, two_sided: bool = False) -> float:
+    """Dunnett's critical value for m comparisons with one control: P(max_i T_i <= c) = 1 - alpha (one-sided) or
+    P(max_i |T_i| <= c) = 1 - alpha (``two_sided``). rho is the correlation between the comparisons (0.5 in a
+    complete block design: each difference shares the control's half of the variance); a smaller rho gives a
+    larger, safer c, so rho is rounded down to 3 decimals. ``df`` None is the normal limit."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ReportInputError(f"Dunnett: m must be a whole number of comparisons >= 1, got {m!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ReportInputError(f"Dunnett: alpha must lie in (0, 1), got {alpha!r}")
+    rho = math.floor(max(0.0, min(rho, 0.999)) * 1000.0 + 1e-6) / 1000.0
+    return _dunnett(m, None if df is None else int(df), float(alpha), rho, bool(two_sided))
+
+
+# ---------------------------------------------------------------------------------------------
+# the block design
+
+
+class Fit(NamedTuple):
+    """The least-squares fit of one endpoint: per candidate the log ratio to the baseline and its standard
+    error, the pooled residual SD ``s`` of one config's round value and its ``df``, the correlation between
+    the comparisons (``corr[a][b]``), and how many rounds each config has in the fit.
+
+    ``spread`` is each config's own residual SD (log scale). With three configs or more ``se`` is the larger of
+    the pooled standard error (``pooled_se``) and the one from the baseline's and the candidate's own spreads,
+    and ``df_of`` is always the pair's Welch-Satterthwaite degrees of freedom (:func:`welch_df`, from the two
+    spreads' own df), whichever error is larger: the comparison's critical value is taken at them. With two
+    configs the pair's error is the pooled one, at the pooled df."""
+
+    estimate: dict[str, float]
+    se: dict[str, float]
+    corr: dict[str, dict[str, float]]
+    s: float | None
+    df: int
+    rounds: dict[str, int]
+    blocks: int
+    spread: dict[str, float | None]
+    pooled_se: dict[str, float]
+    df_of: dict[str, float]
+
+
+def _solve_inverse(matrix: list[list[float]]) -> list[list[float]] | None:
+    """The inverse by Gauss-Jordan with partial pivoting; None when singular."""
+    n = len(matrix)
+    a = [row[:] + [1.0 if i == j else 0.0 for j in range(n)] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        p = a[col][col]
+        a[col] = [v / p for v in a[col]]
+        for r in range(n):
+            if r != col and a[r][col] != 0.0:
+                f = a[r][col]
+                a[r] = [x - f * y for x, y in zip(a[r], a[col])]
+    return [row[n:] for row in a]
+
+
+def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit | None:
+    """Fit ``y = tau_config + beta_round + e`` to ``cells`` ({config: {round: y}}) by least squares.
+
+    Only the rounds in which the baseline has a value are blocks (a comparison needs the baseline in its
+    block). None when the baseline has no value at all.
+    """
+    base = cells.get(baseline) or {}
+    blocks = sorted(base, key=repr)
+    if not blocks:
+        return None
+    names = [baseline] + [n for n in cells if n != baseline and any(r in base for r in cells[n])]
+    col = {n: i for i, n in enumerate(names)}
+    bcol = {r: len(names) + i - 1 for i, r in enumerate(blocks) if i > 0}
+    p = len(names) + len(blocks) - 1
+    xtx = [[0.0] * p for _dummy in range(p)]
+    xty = [0.0] * p
+    yy = 0.0
+    count = 0
+    rounds: dict[str, int] = {}
+    for n in names:
+        for r, y in cells[n].items():
+            if r not in base:
+                continue
+            if not isinstance(y, (int, float)) or isinstance(y, bool) or not math.isfinite(y):
+                raise ReportInputError(f"cell {n}/{r}: expected a finite number, got {y!r}")
+            idx = [col[n]] + ([bcol[r]] if r in bcol else [])
+            for i in idx:
+                xty[i] += y
+                for j in idx:
+                    xtx[i][j] += 1.0
+            yy += y * y
+            count += 1
+            rounds[n] = rounds.get(n, 0) + 1
+    inv = _solve_inverse(xtx)
+    if inv is None:
+        return None
+    beta = [sum(inv[i][j] * xty[j] for j in range(p)) for i in range(p)]
+    df = count - p
+    sse = max(0.0, yy - sum(b * v for b, v in zip(beta, xty)))
+    s = math.sqrt(sse / df) if df > 0 else None
+    b0 = col[baseline]
+    estimate, var = {}, {}
+    for n in names[1:]:
+        i = col[n]
+        estimate[n] = beta[i] - beta[b0]
+        var[n] = inv[i][i] + inv[b0][b0] - 2.0 * inv[i][b0]
+    corr: dict[str, dict[str, float]] = {}
+    for a in names[1:]:
+        corr[a] = {}
+        for b in names[1:]:
+            if a != b:
+                cov = inv[col[a]][col[b]] - inv[col[a]][b0] - inv[b0][col[b]] + inv[b0][b0]
+                corr[a][b] = cov / math.sqrt(var[a] * var[b])
+    pooled = {n: (s * math.sqrt(v) if s is not None else math.nan) for n, v in var.items()}
+    spread, share = _spread(cells, names, base, beta, col, bcol, df, count)
+    se, df_of = dict(pooled), {n: float(df) for n in pooled}
+    for n in pooled:
+        a, b = spread[baseline], spread[n]
+        # each config's own variance is identifiable only with three configs or more (Shukla): with two, a round's
+        # two residuals are each other's negatives, the pair's error is the pooled one, and a rounding difference
+        # must not swap the pooled df for one degree of freedom
+        if s is None or a is None or b is None or len(names) < 3:
+            continue
+        # Each pair's own variances stand beside the pooled one whatever the spreads look like: a choice between
+        # the two by which is larger let a baseline whose spread read low by chance fall back to the pooled
+        # error and the pooled df, and 6 % of 8-candidate runs with a baseline 3x noisier had a false WIN.
+        # The error is the larger of the two; its df Welch-Satterthwaite's from the pair's own spreads.
+        se[n] = max(pooled[n], math.sqrt(var[n] / 2.0 * (a * a + b * b)))
+        df_of[n] = welch_df(a * a, b * b, share[baseline], share[n], float(df))
+    return Fit(estimate, se, corr, s, df, rounds, len(blocks), spread, pooled, df_of)
+
+
+def welch_df(var_a: float, var_b: float, df_a: float, df_b: float, pooled_df: float) -> float:
+    """Welch-Satterthwaite's degrees of freedom of ``var_a + var_b`` (two variance estimates with ``df_a`` and
+    ``df_b``), between the smaller of the two and their sum, never above ``pooled_df``; rounded down to a tenth
+    (a smaller df is a larger, safer critical value)."""
+    low = min(df_a, df_b)
+    total = var_a + var_b
+    ws = total * total / (var_a * var_a / df_a + var_b * var_b / df_b) if total > 0 and low > 0 else low
+    return math.floor(min(pooled_df, max(low, min(ws, df_a + df_b))) * 10.0 + 1e-9) / 10.0
+
+
+def _spread(cells: Mapping[str, Mapping[Any, float]], names: Sequence[str], base: Mapping[Any, float],
+            beta: Sequence[float], col: Mapping[str, int], bcol: Mapping[Any, int], df: int, count: int
+            ) -> tuple[dict[str, float | None], dict[str, float]]:
+    """Each config's residual SD (log scale): its squared residuals over its share of the residual df; and
+    that share."""
+    out: dict[str, float | None] = {}
+    shares: dict[str, float] = {}
+    for n in names:
+        res = [y - beta[col[n]] - (beta[bcol[r]] if r in bcol else 0.0) for r, y in cells[n].items() if r in base]
+        shares[n] = df * len(res) / count if count else 0.0
+        out[n] = math.sqrt(sum(e * e for e in res) / shares[n]) if shares[n] > 0 else None
+    k, blocks = len(names), len(base)
+    if k >= 3 and blocks >= 2 and df > 0:  # Shukla's unbiased per-config variance in a two-way layout
+        mean_sq = {n: sum((y - beta[col[n]] - (beta[bcol[r]] if r in bcol else 0.0)) ** 2
+                          for r, y in cells[n].items() if r in base) / max(1, sum(r in base for r in cells[n]))
+                   for n in names}
+        total = sum(mean_sq.values())
+        for n in names:
+            v = (k * (k - 1) * mean_sq[n] - total) * blocks / ((blocks - 1) * (k - 1) * (k - 2))
+            out[n] = math.sqrt(max(v, 0.0))
+            shares[n] = float(blocks - 1)
+    return out, shares
+
+
+# ---------------------------------------------------------------------------------------------
+# verdicts
+
+
+def verdict(low: float | None, high: float | None, margin: float = EQUIVALENCE_MARGIN) -> str:
+    """WIN: the whole interval above 1; LOSS: below 1; EQUIVALENT: the whole interval within
+    [1 / (1 + margin), 1 + margin]; otherwise INCONCLUSIVE."""
+    if low is None or high is None:
+        return INCONCLUSIVE
+    if low > 1.0 + _TIE:
+        return WIN
+    if high < 1.0 - _TIE:
+        return LOSS
+    if low >= 1.0 / (1.0 + margin) and high <= 1.0 + margin:
+        return EQUIVALENT
+    return INCONCLUSIVE
+
+
+def _power_t(df: int) -> float:
+    return t_quantile(POWER, df)
+
+
+def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
+    """One candidate's row from a fit and a critical value: ratio, simultaneous interval, verdict, the noise
+    (the pooled SD of one config's round value, as a share) and the smallest speedup this fit could find with
+    POWER (``mde``)."""
+    d = fit.estimate[name]
+    row: dict[str, Any] = {"ratio": math.exp(d), "low": None, "high": None, "verdict": INCONCLUSIVE,
+                           "mde": None, "noise": None if fit.s is None else math.exp(fit.s) - 1.0,
+                           "df": fit.df, "rounds": fit.rounds.get(name, 0), "c": c}
+    if fit.s is None or not math.isfinite(fit.se[name]):
+        row["why"] = "no residual degrees of freedom: too few rounds to call"
+        return row
+    se = fit.se[name]
+    df_eff = max(1.0, fit.df_of.get(name, float(fit.df)))
+    power_t = _power_t(fit.df)
+    if df_eff < fit.df:  # unequal noise: the same one-sided level at the pair's own degrees of freedom
+        c = t_quantile(t_cdf(c, fit.df), df_eff)
+        power_t = t_quantile(POWER, df_eff)
+        row.update(c=c, df_welch=df_eff)
+    row.update(low=math.exp(d - c * se), high=math.exp(d + c * se), se=se,
+               mde=math.exp((c + power_t) * se))
+    row["verdict"] = verdict(row["low"], row["high"], margin)
+    if fit.s <= _ZERO_NOISE:  # a point interval proves nothing about a sliver: within the margin it is a tie
+        row["why"] = ("zero residual: every round agrees exactly (copied or synthetic data?); the interval is a "
+                      "point, so a ratio within the equivalence margin is EQUIVALENT, never a WIN or a LOSS")
+        if 1.0 / (1.0 + margin) <= row["ratio"] <= 1.0 + margin:
+            row["verdict"] = EQUIVALENT
+    return row
+
+
+def _rho(fit: Fit, names: Sequence[str]) -> float:
+    vals = [fit.corr[a][b] for a in names for b in names if a != b]
+    return max(0.0, min(vals)) if vals else 0.5
+
+
+def fixed_analysis(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
+                   alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN) -> dict[str, dict[str, Any]]:
+    """One look at everything measured: every candidate with a value against the baseline, Dunnett's c for the
+    candidates of the family (``candidates``). Per-shape cells use this (exploratory)."""
+    fit = fit_blocks(cells, baseline)
+    out: dict[str, dict[str, Any]] = {}
+    if fit is None:
+        return out
+    present = [n for n in candidates if n in fit.estimate]
+    if not present:
+        return out
+    c = dunnett_c(max(1, len(candidates)), fit.df, alpha, _rho(fit, present)) if fit.df > 0 else math.inf
+    for n in present:
+        out[n] = comparison(fit, n, c, margin)
+    return out
+
+
+def rate_interval(hits: int, runs: int, level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson's exact interval for a rate seen in ``hits`` of ``runs`` (a calibration's false-WIN
+    rate): the beta quantiles, by bisection on the regularized incomplete beta function."""
+    if runs < 1 or not 0 <= hits <= runs:
+        raise ReportInputError(f"rate_interval: expected 0 <= hits <= runs and runs >= 1, got {hits} of {runs}")
+    tail = (1.0 - level) / 2.0
+
+    def quantile(q: float, a: float, b: float) -> float:
+        lo, hi = 0.0, 1.0
+        for _dummy in range(60):
+            mid = 0.5 * (lo + hi)
+            if _stats._betainc(a, b, mid) < q:
+                lo = mid
+            else:
+                hi = mid
+        return 0.5 * (lo + hi)
+
+    low = 0.0 if hits == 0 else quantile(tail, hits, runs - hits + 1)
+    high = 1.0 if hits == runs else quantile(1.0 - tail, hits + 1, runs - hits)
+    return low, high
+
+
+# ---------------------------------------------------------------------------------------------
+# the sequential design
+
+
+def cumulative(t: float, total: float, shape: str = "obf") -> float:
+    """The share of ``total`` spent by information fraction t (rounds run / planned rounds). ``obf``: Lan and
+    DeMets' O'Brien-Fleming-type function 2 - 2 Phi(z_(1 - total/2) / sqrt(t)), which keeps almost all of alpha
+    for the last looks, where the looks' correlated statistics have the most rounds; ``linear``: total * t."""
+    if t <= 0.0:
+        return 0.0
+    if t >= 1.0:
+        return total
+    if shape == "linear":
+        return total * t
+    return min(total, 2.0 * (1.0 - _norm_cdf(_z(1.0 - total / 2.0) / math.sqrt(t))))
+
+
+def spent(n: int, max_rounds: int, total: float, shape: str = "obf") -> float:
+    """The share of ``total`` spent at the look after round n when every look before it tested (the first look,
+    at FIRST_LOOK, spends its cumulative share; the look after round max_rounds what is left)."""
+    if n < FIRST_LOOK:
+        return 0.0
+    previous = 0.0 if n == FIRST_LOOK else cumulative((n - 1) / max_rounds, total, shape)
+    return cumulative(min(n, max_rounds) / max_rounds, total, shape) - previous
+
+
+def futility_goal(min_speedup: float) -> float:
+    """What a candidate's optimistic bound must still reach to be measured on: halfway (on the log scale) to the
+    planned speedup. A goal at the planned speedup itself stops most candidates just under it (a true 1.15x at a
+    planned 1.2x lost a third of its power); halfway keeps them and still stops what is no faster."""
+    return math.sqrt(min_speedup)
+
+
+def sequential_power(s: float, m: int, configs: int, max_rounds: int, *, alpha: float = ALPHA,
+                     effect: float = MIN_SPEEDUP, looks: bool = True) -> float:
+    """The power of the run's design at ``effect`` with the pooled noise ``s``, counting its last look only
+    (every candidate measured all ``max_rounds`` rounds, the alpha that look spends): a lower bound, the earlier
+    looks can only add WINs. What the fixed design it is compared with must match."""
+    rounds = max(max_rounds, FIRST_LOOK)
+    df = (configs - 1) * (rounds - 1)
+    se = s * math.sqrt(2.0 / rounds)
+    share = spent(rounds, rounds, alpha) if looks else alpha
+    if se <= 0:
+        return 1.0
+    return approximate_power(math.log(effect), se, dunnett_c(m, df, share), df)
+
+
+def approximate_power(delta: float, se: float, c: float, df: int) -> float:
+    """P(estimate - c * se > 0) when the true log ratio is delta (a shifted t, close to the noncentral t)."""
+    return 1.0 - t_cdf(c - delta / se, df)
+
+
+def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect: float = MIN_SPEEDUP,
+                 power: float = POWER, limit: int = 50) -> int | None:
+    """The rounds a fixed design needs for ``power`` at ``effect`` with the pooled noise ``s``: the design the
+    sequential one is compared with for the restarts it saved. None past ``limit``."""
+    delta = math.log(effect)
+    for r in range(FIRST_LOOK, limit + 1):
+        df = (configs - 1) * (r - 1)
+        se = s * math.sqrt(2.0 / r)
+        if se <= 0 or approximate_power(delta, se, dunnett_c(m, df, alpha), df) >= power:
+            return r
+    return None
+
+
+def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
+               max_rounds: int = MAX_ROUNDS, alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN,
+               min_speedup: float = MIN_SPEEDUP, beta: float = BETA, looks: bool = True) -> dict[str, Any]:
+    """Replay the looks of a run over ``cells`` ({config: {round index: y}}, rounds numbered 0, 1, ...).
+
+    With ``looks`` the run is sequential: a look after every round from FIRST_LOOK to ``max_rounds``; else one
+    look after the last round measured, with all of alpha. Returns ``{"verdicts": {name: row}, "active":
+    [names still undecided], "looks": [...], "final": bool}``. A candidate tested at a look is one not decided
+    before with a value in that look's latest round (a config stopped for another reason has none).
+    """
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ReportInputError(f"max_rounds: expected a whole number of rounds >= 1, got {max_rounds!r}")
+    # Looks follow the schedule's rounds (round index n - 1 is the n-th round), not the baseline's count: a round
+    # whose baseline start failed is still a round of the budget, and the look after it still comes (its data
+    # without that round's block), so the look after the last planned round is the final one.
+    seen = sorted({r for v in cells.values() for r in (v or {}) if isinstance(r, int) and not isinstance(r, bool)})
+    measured = seen[-1] + 1 if seen else 0
+    m = max(1, len(candidates))
+    verdicts: dict[str, dict[str, Any]] = {}
+    history: list[dict[str, Any]] = []
+    points = list(range(FIRST_LOOK, min(measured, max_rounds) + 1)) if looks else (
+        [min(measured, max_rounds)] if measured >= FIRST_LOOK else [])
+    decided: set[str] = set()
+    used_alpha = used_beta = 0.0  # a look that could not test spends nothing: its share goes to the next look
+    for n in points:
+        final = n >= max_rounds or not looks
+        sub = {c: {r: y for r, y in v.items() if r < n} for c, v in cells.items()}
+        fit = fit_blocks(sub, baseline)
+        active = [c for c in candidates if c not in decided and (n - 1) in (cells.get(c) or {})]
+        look: dict[str, Any] = {"after_round": n, "tested": active, "decided": {}}
+        history.append(look)
+        if fit is None or fit.df <= 0 or not active:
+            look["why"] = "no residual degrees of freedom" if fit is not None and active else "nothing to test"
+            continue
+        a_n = alpha if not looks else cumulative(n / max_rounds, alpha) - used_alpha
+        b_n = cumulative(n / max_rounds, beta, "linear") - used_beta if looks else 0.0
+        used_alpha, used_beta = used_alpha + a_n, used_beta + b_n
+        goal = futility_goal(min_speedup)
+        c = dunnett_c(m, fit.df, a_n, _rho(fit, [x for x in active if x in fit.estimate]))
+        look.update(alpha=a_n, c=c, df=fit.df, noise=math.exp(fit.s) - 1.0 if fit.s is not None else None)
+        for name in active:
+            if name not in fit.estimate:
+                continue
+            row = comparison(fit, name, c, margin)
+            row.update(look=n, alpha_spent=a_n, level=1.0 - 2.0 * a_n)
+            stop = None
+            if row["verdict"] in (WIN, LOSS):
+                stop = row["verdict"].lower()
+            elif looks and not final and b_n > 0:
+                optimistic = fit.estimate[name] + t_quantile(1.0 - b_n, fit.df) * fit.se[name]
+                if optimistic < math.log(goal):
+                    stop = "futile"
+                    row["why"] = (f"stopped after round {n}: even its optimistic bound "
+                                  f"({math.exp(optimistic):.3f}x) cannot reach {goal:.3f}x "
+                                  f"(halfway to the planned {min_speedup:g}x)")
+            verdicts[name] = row
+            if stop:
+                row["stopped"] = stop
+                decided.add(name)
+                look["decided"][name] = stop
+    active = [c for c in candidates if c not in decided]
+    final = measured >= max_rounds or (bool(points) and not looks)
+    base_rounds = len([r for r in (cells.get(baseline) or {}) if isinstance(r, int)])
+    why = (f"too few rounds to call: {measured} measured, the first look is after round {FIRST_LOOK}"
+           if measured < FIRST_LOOK else
+           f"too few rounds to call: the baseline has {base_rounds} round(s), a comparison needs {FIRST_LOOK}"
+           if base_rounds < FIRST_LOOK else "no look tested it (no value in a look's latest round)")
+    for name in candidates:
+        verdicts.setdefault(name, {"ratio": None, "low": None, "high": None, "verdict": INCONCLUSIVE,
+                                   "mde": None, "noise": None, "rounds": len(cells.get(name) or {}), "why": why})
+    return {"verdicts": verdicts, "active": [] if final else active, "looks": history, "final": final,
+            "rounds_measured": measured, "max_rounds": max_rounds, "sequential": looks}
