@@ -62,7 +62,28 @@ def render(stages: list[Stage], what: str = "make test") -> list[str]:
     failed = [s.name for s in stages if s.result != "ok"]
     out.append(f"total: {wall} s ({wall / 60:.1f} minutes); "
                + (f"{len(failed)} failed: {', '.join(failed)}" if failed else "every stage passed"))
+    warning = budget_warning(stages, wall, what)
+    if warning:
+        out.append(warning)
     return out
+
+
+# `make test` must end within 30 minutes warm and 45 cold on two cores, and CI stops at 90: past WARN_AFTER the
+# table says so, naming where the time went, so that the next change sees the budget before CI does.
+WARN_AFTER = 35 * 60
+
+
+def budget_warning(stages: list[Stage], wall: int, what: str = "make test", limit: int = WARN_AFTER) -> str | None:
+    """One line when the run took longer than ``limit`` seconds: the three slowest stages that ran no stage inside
+    them (a Molecule scenario rather than its lane), each with its seconds."""
+    if wall <= limit:
+        return None
+    parents = {s.name.rsplit("/", 1)[0] for s in stages if "/" in s.name}
+    leaves = sorted((s for s in stages if s.name not in parents), key=lambda s: (-s.seconds, s.name))[:3]
+    slowest = ", ".join(f"{s.name} {s.seconds} s" for s in leaves)
+    return (f"WARNING: {what} took {wall / 60:.1f} minutes, past its {limit // 60}-minute warning line (budget: 30 "
+            f"warm, 45 cold; CI stops at 90); the slowest stages: {slowest}. Move what is not needed on every change "
+            "to make test-full (docs/testing.md).")
 
 
 def main(argv: list[str]) -> int:

@@ -67,3 +67,25 @@ def test_rows_of_scenarios_without_their_lane_still_print(tmp_path: Path) -> Non
     printed = table(tsv)
     assert printed.returncode == 1
     assert printed.stdout.splitlines()[-1] == "total: 480 s (8.0 minutes); 1 failed: lane/ab"
+
+
+def test_a_run_past_35_minutes_warns_and_names_its_three_slowest_stages(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    rows = [("prepare", 0, 60), ("molecule light A", 60, 900), ("molecule light A/default", 60, 400),
+            ("molecule light A/deadman", 460, 500), ("pytest unit", 60, 700), ("molecule alone", 960, 1200),
+            ("molecule alone/win", 960, 1200)]
+    tsv.write_text("".join(f"{name}\t{start}\t{seconds}\tok\n" for name, start, seconds in rows))
+    done = table(tsv)
+    assert done.returncode == 0, done.stdout  # a warning, never a failure: the budget is not a timed assert
+    warning = [line for line in done.stdout.splitlines() if line.startswith("WARNING")]
+    assert len(warning) == 1
+    # the leaves, not their lanes: win 1200, unit 700, deadman 500 (light A's 900 is its scenarios' sum)
+    assert "the slowest stages: molecule alone/win 1200 s, pytest unit 700 s, molecule light A/deadman 500 s" in warning[0]
+    assert "36.0 minutes" in warning[0]
+
+
+def test_a_run_within_35_minutes_prints_no_warning(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    tsv.write_text("prepare\t0\t60\tok\npytest unit\t60\t2040\tok\n")
+    done = table(tsv)
+    assert done.returncode == 0 and "WARNING" not in done.stdout, done.stdout
