@@ -94,7 +94,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
     candidate's verdict with its interval, noise and smallest findable effect, and the recommendation."""
     conf = judged.get("confirmatory") or {}
     keys = ("verdict", "ratio", "low", "high", "mde", "noise")
-    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical")
+    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical", "wide")
     return {
         "endpoint": conf.get("endpoint"), "weights": conf.get("weights") or {}, "method": conf.get("method"),
         "alpha": conf.get("alpha"),
@@ -134,6 +134,18 @@ def _ci(value: Any, low: Any, high: Any, fmt: str = "{:.2f}", suffix: str = "") 
     if low is not None and high is not None:
         text += f" [{fmt.format(low)}, {fmt.format(high)}]"
     return text
+
+
+TOO_WIDE = "interval too wide to mean anything"
+
+
+def _conf_ci(v: Mapping[str, Any]) -> str:
+    """A confirmatory row's speedup and interval; an interval too wide to mean anything is said so, not printed."""
+    if v.get("ratio") is None:
+        return "-"
+    if v.get("wide"):
+        return f"{v['ratio']:.2f}x [{TOO_WIDE}]"
+    return _ci(v["ratio"], v.get("low"), v.get("high"), "{:.2f}", "x")
 
 
 def _lossless(value: Any, row: Mapping[str, Any] | None = None) -> str:
@@ -320,7 +332,7 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
     rows = []
     for name, v in conf["verdicts"].items():
         rows.append([name, v.get("status", "-"), f"**{v['verdict']}**",
-                     _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x") if v["ratio"] is not None else "-",
+                     _conf_ci(v),
                      _pct(v["noise"]), _num(v["mde"], "{:.2f}x"), v.get("rounds", "-"),
                      {"win": "WIN", "loss": "LOSS", "futile": "futile"}.get(v.get("stopped") or "", "-")
                      + (f" after round {v['look']}" if v.get("stopped") else ""), v.get("why") or ""])
@@ -554,7 +566,8 @@ def _recommendation(j: Mapping[str, Any]) -> list[str]:
     if rec["candidates"]:
         out.append("")
         out.extend(_table(["config", "speedup [simultaneous interval]", "verdict", "noise", "smallest findable", "n"],
-                          [[c["config"], _ci(c["speedup"], c["ci_low"], c["ci_high"], "{:.2f}", "x"), c["verdict"],
+                          [[c["config"], _conf_ci({"ratio": c["speedup"], "low": c["ci_low"], "high": c["ci_high"],
+                                                   "wide": c.get("wide")}), c["verdict"],
                             _pct(c.get("noise")), _num(c.get("mde"), "{:.2f}x"), c.get("n") or "-"]
                            for c in rec["candidates"]]))
     if rec["excluded"]:
@@ -657,7 +670,7 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
             stopped = f" ({v['stopped']}, round {v['look']})" if v.get("stopped") else ""
             below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""
             lines.append(" | ".join(["confirmatory", name, v["verdict"] + below + stopped,
-                                     _ci(v["ratio"], v["low"], v["high"], "{:.2f}", "x"), _pct(v["noise"]),
+                                     _conf_ci(v), _pct(v["noise"]),
                                      _num(v["mde"], "{:.2f}x")]))
         if conf.get("spread_warning"):
             lines.append(f"confirmatory | warning | {conf['spread_warning']}")

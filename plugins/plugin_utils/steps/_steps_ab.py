@@ -150,8 +150,10 @@ def ab_look(run: dict[str, Any]) -> dict[str, Any]:
     """
     try:
         judged = _judge.judge(run, n_boot=100)
-    except SpecdecError as exc:
-        raise AnsibleFilterError(f"the look after a round: {exc}") from None
+    except (SpecdecError, ArithmeticError, ValueError) as exc:
+        # A look that cannot be computed must not end the run with a traceback: it says why, decides nothing, and
+        # the next round measures every config again; the report judges the whole run (and names a bad input).
+        return _look_failed(run, exc)
     conf = judged["confirmatory"]
     configs = judged["configs"]
     dropped = {n: c["status"] for n, c in configs.items() if c["status"] in _DROPPED}
@@ -161,7 +163,8 @@ def ab_look(run: dict[str, Any]) -> dict[str, Any]:
     measure = [judged["baseline"], *active, *probes] if active else []
     lines = [f"after round {len(judged['rounds'])}: "
              + "; ".join(f"{n} {r['verdict']}" + (f" ({r['stopped']})" if r.get("stopped") else "")
-                         + (f" {r['ratio']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r.get("low") else "")
+                         + (f" {r['ratio']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r.get("low") else
+                            f" {r['ratio']:.2f}x [interval too wide to mean anything]" if r.get("wide") else "")
                          for n, r in conf["verdicts"].items())]
     if dropped:
         lines.append("not measured again (never a winner): " + ", ".join(f"{n} {s}" for n, s in dropped.items()))
@@ -169,6 +172,19 @@ def ab_look(run: dict[str, Any]) -> dict[str, Any]:
     return {"active": measure, "stop": not measure, "decided": {n: r.get("stopped") for n, r in
                                                                 conf["verdicts"].items() if r.get("stopped")},
             "dropped": dropped, "lines": lines}
+
+
+def _look_failed(run: Any, exc: Exception) -> dict[str, Any]:
+    """The look's answer when the run so far could not be judged: every config of the run goes on."""
+    configs = run.get("configs") if isinstance(run, dict) else None
+    names = [str(c["name"]) for c in configs or [] if isinstance(c, dict) and c.get("name") is not None]
+    entries = run.get("entries") if isinstance(run, dict) else None
+    rounds = {e.get("round") for e in entries or [] if isinstance(e, dict)}
+    kind = "" if isinstance(exc, SpecdecError) else f"{type(exc).__name__}: "
+    lines = [f"after round {len(rounds)}: the look could not be computed ({kind}{exc}); it decides nothing",
+             ("next round: " + ", ".join(names)) if names else "no config to measure: the run stops"]
+    return {"active": names, "stop": not names, "decided": {}, "dropped": {}, "lines": lines,
+            "error": f"{kind}{exc}"}
 
 
 def spec_counters(metrics_text: str | None) -> dict[str, Any]:

@@ -271,7 +271,7 @@ def noise_by_config(table: Mapping[str, Mapping[int, float]], baseline: str) -> 
     fit = _design.fit_blocks(table, baseline)
     if fit is None or fit.s is None:
         return {"spread": {}}
-    spread = {n: (math.exp(v) - 1.0 if v is not None else None) for n, v in fit.spread.items()}
+    spread = {n: (_design.exp_safe(v) - 1.0 if v is not None else None) for n, v in fit.spread.items()}
     out: dict[str, Any] = {"spread": spread}
     # one config against the others pooled, warned about only when the difference is beyond chance (F test at
     # 1 %): with 2-4 rounds per config single spreads differ by 1.5x between equal configs all the time
@@ -284,13 +284,17 @@ def noise_by_config(table: Mapping[str, Mapping[int, float]], baseline: str) -> 
         other = math.sqrt(sum(x * x for x in rest) / len(rest))
         if other <= 0 or v <= 0 or (v <= SPREAD_WARN * other and other <= SPREAD_WARN * v):
             continue
-        ratio = (v / other) ** 2
-        tail = _f_tail(ratio, d1, d2) if ratio >= 1 else _f_tail(1.0 / ratio, d2, d1)
+        log_ratio = 2.0 * (math.log(v) - math.log(other))  # a spread 1e200 times another's must not overflow
+        if abs(log_ratio) > 600.0:
+            tail = 0.0
+        else:
+            ratio = math.exp(log_ratio)
+            tail = _f_tail(ratio, d1, d2) if ratio >= 1 else _f_tail(1.0 / ratio, d2, d1)
         if tail < 0.01:
             word = "noisier" if v > other else "steadier"
             out["spread_warning"] = (f"unequal noise: {name}'s spread between starts ({spread[name]:.1%}) is "
                                      f"{max(v, other) / max(min(v, other), 1e-12):.1f}x {word} than the other configs' "
-                                     f"({math.exp(other) - 1.0:.1%}); the pooled noise hides it, so each comparison "
+                                     f"({_design.exp_safe(other) - 1.0:.1%}); the pooled noise hides it, so each comparison "
                                      "uses the larger of the pooled error and its pair's own")
             break
     return out
@@ -313,7 +317,7 @@ def restarts(judged: Mapping[str, Any], table: Mapping[str, Mapping[int, float]]
     rounds = _design.fixed_rounds(fit.s, len(candidates), len(candidates) + 1, alpha=design["alpha"],
                                   effect=design["min_speedup"], power=power)
     if rounds is None:
-        out["why"] = f"a fixed design would need more than 50 rounds at this noise ({math.exp(fit.s) - 1:.1%})"
+        out["why"] = f"a fixed design would need more than 50 rounds at this noise ({_design.exp_safe(fit.s) - 1:.1%})"
         return out
     out.update(fixed_rounds=rounds, fixed_design=rounds * configs, saved=rounds * configs - used,
                power=power, effect=design["min_speedup"])
@@ -352,7 +356,8 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
             continue
         out["candidates"].append({"config": name, "speedup": row["ratio"], "ci_low": row["low"],
                                   "ci_high": row["high"], "verdict": row["verdict"], "mde": row["mde"],
-                                  "noise": row["noise"], "n": f"{row.get('rounds', 0)} rounds"})
+                                  "noise": row["noise"], "n": f"{row.get('rounds', 0)} rounds",
+                                  **({"wide": True} if row.get("wide") else {})})
     pick = conf.get("recommendation")
     if pick:
         row = conf["verdicts"][pick]

@@ -309,8 +309,12 @@ def welch_df(var_a: float, var_b: float, df_a: float, df_b: float, pooled_df: fl
     ``df_b``), between the smaller of the two and their sum, never above ``pooled_df``; rounded down to a tenth
     (a smaller df is a larger, safer critical value)."""
     low = min(df_a, df_b)
-    total = var_a + var_b
-    ws = total * total / (var_a * var_a / df_a + var_b * var_b / df_b) if total > 0 and low > 0 else low
+    top = max(var_a, var_b)
+    if top > 0 and low > 0:  # on the larger variance's scale: squares of 1e-200 must not underflow to 0 / 0
+        a, b = var_a / top, var_b / top
+        ws = (a + b) * (a + b) / (a * a / df_a + b * b / df_b)
+    else:
+        ws = low
     return math.floor(min(pooled_df, max(low, min(ws, df_a + df_b))) * 10.0 + 1e-9) / 10.0
 
 
@@ -356,8 +360,56 @@ def verdict(low: float | None, high: float | None, margin: float = EQUIVALENCE_M
     return INCONCLUSIVE
 
 
-def _power_t(df: int) -> float:
+def _power_t(df: float) -> float:
     return t_quantile(POWER, df)
+
+
+# An interval whose upper end is more than this many times its lower end says nothing an operator can act on
+# (a pair's Welch df of 1 puts the critical value near 1,000: [4.5e-05, 19771]): it is reported as too wide,
+# never as numbers, and its verdict is INCONCLUSIVE.
+WIDE = 100.0
+_LOG_MAX = 700.0  # math.exp overflows just above 709.78
+
+
+def exp_safe(x: float) -> float:
+    """exp(x) that never overflows (capped at exp(700)); for bounds a caller has checked are meaningful."""
+    return math.exp(min(x, _LOG_MAX))
+
+
+def _t_tail(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` (float) degrees of freedom, accurate far into the tail (no 1 - x)."""
+    tail = 0.5 * _stats._betainc(df / 2.0, 0.5, df / (df + t * t)) if math.isfinite(t) else 0.0
+    return tail if t >= 0 else 1.0 - tail
+
+
+@functools.lru_cache(maxsize=8192)
+def carry_c(c: float, df: float, df_to: float) -> float:
+    """The critical value at ``df_to`` degrees of freedom with the same one-sided level as ``c`` at ``df``
+    (bisection on the tail itself, so a level of 1e-20 is as good as one of 0.05). math.inf where the level
+    underflows: such a comparison can call nothing."""
+    if not (math.isfinite(c) and df > 0 and df_to > 0):
+        return math.inf
+    if df_to == df:
+        return c
+    tail = _t_tail(c, df)
+    if tail <= 0.0:
+        return math.inf
+    if tail >= 0.5:
+        return c  # no level to carry (c at or below the centre, or within rounding of it)
+    lo, hi = 0.0, 1.0
+    while _t_tail(hi, df_to) > tail:
+        hi *= 2.0
+        if hi > 1e150:
+            return math.inf
+    for _dummy in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_tail(mid, df_to) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return 0.5 * (lo + hi)
 
 
 def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
@@ -365,8 +417,8 @@ def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN
     (the pooled SD of one config's round value, as a share) and the smallest speedup this fit could find with
     POWER (``mde``)."""
     d = fit.estimate[name]
-    row: dict[str, Any] = {"ratio": math.exp(d), "low": None, "high": None, "verdict": INCONCLUSIVE,
-                           "mde": None, "noise": None if fit.s is None else math.exp(fit.s) - 1.0,
+    row: dict[str, Any] = {"ratio": exp_safe(d), "low": None, "high": None, "verdict": INCONCLUSIVE,
+                           "mde": None, "noise": None if fit.s is None else exp_safe(fit.s) - 1.0,
                            "df": fit.df, "rounds": fit.rounds.get(name, 0), "c": c}
     if fit.s is None or not math.isfinite(fit.se[name]):
         row["why"] = "no residual degrees of freedom: too few rounds to call"
@@ -375,11 +427,18 @@ def comparison(fit: Fit, name: str, c: float, margin: float = EQUIVALENCE_MARGIN
     df_eff = max(1.0, fit.df_of.get(name, float(fit.df)))
     power_t = _power_t(fit.df)
     if df_eff < fit.df:  # unequal noise: the same one-sided level at the pair's own degrees of freedom
-        c = t_quantile(t_cdf(c, fit.df), df_eff)
-        power_t = t_quantile(POWER, df_eff)
+        c = carry_c(c, float(fit.df), df_eff)
+        power_t = _power_t(df_eff)
         row.update(c=c, df_welch=df_eff)
-    row.update(low=math.exp(d - c * se), high=math.exp(d + c * se), se=se,
-               mde=math.exp((c + power_t) * se))
+    row["se"] = se
+    half = c * se if se > 0 else 0.0
+    if not math.isfinite(half) or 2.0 * half > math.log(WIDE) or abs(d) + half > _LOG_MAX:
+        row.update(wide=True, why=(
+            f"the interval is too wide to mean anything (it spans more than {WIDE:g}x: critical value "
+            f"{c:.3g} at {df_eff:g} degrees of freedom, noise {exp_safe(fit.s) - 1.0:.1%}); "
+            "measure more rounds"))
+        return row
+    row.update(low=math.exp(d - half), high=math.exp(d + half), mde=exp_safe((c + power_t) * se))
     row["verdict"] = verdict(row["low"], row["high"], margin)
     if fit.s <= _ZERO_NOISE:  # a point interval proves nothing about a sliver: within the margin it is a tie
         row["why"] = ("zero residual: every round agrees exactly (copied or synthetic data?); the interval is a "
@@ -481,8 +540,16 @@ def sequential_power(s: float, m: int, configs: int, max_rounds: int, *, alpha: 
 
 
 def approximate_power(delta: float, se: float, c: float, df: int) -> float:
-    """P(estimate - c * se > 0) when the true log ratio is delta (a shifted t, close to the noncentral t)."""
-    return 1.0 - t_cdf(c - delta / se, df)
+    """P(estimate - c * se > 0) when the true log ratio is delta (a shifted t, close to the noncentral t). A
+    probability at any input: no noise finds every positive delta, an infinite critical value finds nothing."""
+    if not math.isfinite(c) or math.isnan(se) or se == math.inf:
+        return 0.0
+    if se <= 0:
+        return 1.0 if delta > 0 else 0.0
+    x = c - delta / se
+    if not math.isfinite(x):
+        return 1.0 if x < 0 else 0.0
+    return min(1.0, max(0.0, 1.0 - t_cdf(x, df)))
 
 
 def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect: float = MIN_SPEEDUP,
@@ -498,9 +565,38 @@ def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect
     return None
 
 
+def _look(fit: Fit, active: Sequence[str], n: int, m: int, a_n: float, b_n: float, margin: float,
+          min_speedup: float, win_margin: float, futility: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """What one look records, and its rows. A candidate stops on a WIN whose lower
+    bound clears 1 + ``win_margin`` (a WIN that only clears 1 is measured on: at a later look it may clear the
+    margin, which is what a recommendation needs), on a LOSS, or as futile."""
+    goal = futility_goal(min_speedup)
+    c = dunnett_c(m, fit.df, a_n, _rho(fit, [x for x in active if x in fit.estimate]))
+    record = {"alpha": a_n, "c": c, "df": fit.df, "noise": exp_safe(fit.s) - 1.0 if fit.s is not None else None}
+    rows: dict[str, dict[str, Any]] = {}
+    for name in active:
+        if name not in fit.estimate:
+            continue
+        row = comparison(fit, name, c, margin)
+        row.update(look=n, alpha_spent=a_n, level=1.0 - 2.0 * a_n)
+        if row["verdict"] == LOSS or (row["verdict"] == WIN and row["low"] > 1.0 + win_margin):
+            row["stopped"] = row["verdict"].lower()
+        elif row["verdict"] != WIN and futility and b_n > 0:
+            optimistic = fit.estimate[name] + t_quantile(1.0 - b_n, fit.df) * fit.se[name]
+            if optimistic < math.log(goal):
+                row["stopped"] = "futile"
+                row["why"] = (f"stopped after round {n}: even its optimistic bound "
+                              f"({exp_safe(optimistic):.3f}x) cannot reach {goal:.3f}x "
+                              f"(halfway to the planned {min_speedup:g}x)"
+                              + (f"; {row['why']}" if row.get("wide") else ""))
+        rows[name] = row
+    return record, rows
+
+
 def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
                max_rounds: int = MAX_ROUNDS, alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN,
-               min_speedup: float = MIN_SPEEDUP, beta: float = BETA, looks: bool = True) -> dict[str, Any]:
+               min_speedup: float = MIN_SPEEDUP, beta: float = BETA, looks: bool = True,
+               win_margin: float = 0.0) -> dict[str, Any]:
     """Replay the looks of a run over ``cells`` ({config: {round index: y}}, rounds numbered 0, 1, ...).
 
     With ``looks`` the run is sequential: a look after every round from FIRST_LOOK to ``max_rounds``; else one
@@ -534,30 +630,20 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
             continue
         a_n = alpha if not looks else cumulative(n / max_rounds, alpha) - used_alpha
         b_n = cumulative(n / max_rounds, beta, "linear") - used_beta if looks else 0.0
+        try:
+            record, rows = _look(fit, active, n, m, a_n, b_n, margin, min_speedup, win_margin, looks and not final)
+        except (ArithmeticError, ValueError, ReportInputError) as exc:
+            # no input should get here; if one does, the look says so, spends nothing and its candidates go on
+            look["why"] = (f"the look could not be computed ({type(exc).__name__}: {exc}): it spent no alpha, and "
+                           "its candidates are measured in the next round")
+            continue
         used_alpha, used_beta = used_alpha + a_n, used_beta + b_n
-        goal = futility_goal(min_speedup)
-        c = dunnett_c(m, fit.df, a_n, _rho(fit, [x for x in active if x in fit.estimate]))
-        look.update(alpha=a_n, c=c, df=fit.df, noise=math.exp(fit.s) - 1.0 if fit.s is not None else None)
-        for name in active:
-            if name not in fit.estimate:
-                continue
-            row = comparison(fit, name, c, margin)
-            row.update(look=n, alpha_spent=a_n, level=1.0 - 2.0 * a_n)
-            stop = None
-            if row["verdict"] in (WIN, LOSS):
-                stop = row["verdict"].lower()
-            elif looks and not final and b_n > 0:
-                optimistic = fit.estimate[name] + t_quantile(1.0 - b_n, fit.df) * fit.se[name]
-                if optimistic < math.log(goal):
-                    stop = "futile"
-                    row["why"] = (f"stopped after round {n}: even its optimistic bound "
-                                  f"({math.exp(optimistic):.3f}x) cannot reach {goal:.3f}x "
-                                  f"(halfway to the planned {min_speedup:g}x)")
+        look.update(record)
+        for name, row in rows.items():
             verdicts[name] = row
-            if stop:
-                row["stopped"] = stop
+            if row.get("stopped"):
                 decided.add(name)
-                look["decided"][name] = stop
+                look["decided"][name] = row["stopped"]
     active = [c for c in candidates if c not in decided]
     final = measured >= max_rounds or (bool(points) and not looks)
     base_rounds = len([r for r in (cells.get(baseline) or {}) if isinstance(r, int)])

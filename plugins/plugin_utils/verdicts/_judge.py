@@ -399,7 +399,7 @@ def _block_rate(samples: Mapping[Any, float], pooled: tuple[float, int] | None,
     means = [m for m, _n in round_log_means(samples).values()]
     mean = sum(means) / len(means)
     half = t_quantile(1.0 - alpha / 2.0, df) * s / math.sqrt(len(means))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    return _design.exp_safe(mean), _design.exp_safe(mean - half), _design.exp_safe(mean + half)
 
 
 def _analysed(row: dict[str, Any], a: Mapping[str, Any] | None, fewest: int) -> None:
