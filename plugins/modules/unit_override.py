@@ -60,6 +60,17 @@ description:
     C(nice), C(taskset) or C(numactl)) or behind a wrapper, the candidate answers where that command line says, and
     a variable it outranks (its flag is on the server's command line, which llama-server reads after its variables)
     is refused before anything is written, naming the flag; give such a candidate as O(exec_start).
+  - Production restarts only into what runs. Before a restart of production that serves - O(state=present) switching
+    from production, O(state=absent) with O(restart=true) and nothing in place - the unit is read as
+    M(llmfleet.specdec.serving_unit_info) reads it with O(llmfleet.specdec.serving_unit_info#module:start_from_running),
+    and a restart that would start something other than what runs (the env file or unit file edited on disk and not
+    restarted, unit files not reloaded, a build switched under a running binary) is refused before any change, in
+    check mode too, naming the unit and what differs. Otherwise the candidate, the fresh start and every way back
+    (this module's restore, the dead-man timer) would start that change, and a change that cannot start leaves
+    production down. Set O(keep_what_runs=true) to go ahead with what runs kept as the way back, or
+    O(apply_pending=true) to start the change knowingly. A unit this module cannot read that way is compared by its
+    environment and C(NeedDaemonReload) only. A production that is down or runs a candidate of this module is not
+    compared; its restore is never refused.
   - Values are validated before anything is armed or written. Each value is written so that systemd hands the
     process exactly that value (quoted by systemd's C(EnvironmentFile=) rules), so backslashes, quotes, C($),
     C(#), spaces and newlines arrive unchanged. A value no environment can hold (a NUL byte, text that is not
@@ -144,9 +155,22 @@ options:
         restore, the dead-man timer's script, C(rollback.yml)) restarts what ran and not the pending change. It is
         removed, with a C(daemon-reload) and no restart, once production answered health on it; the change stays
         pending on disk, as before the run.
+      - Without it, or O(apply_pending=true), a restart of production with a change pending is refused before any
+        change.
       - Nothing is kept when nothing is pending, when a candidate runs, or when it is kept already. What cannot be
         kept (an unreadable environment, a binary removed since it started) fails before any change.
       - Other settings a pending unit file changes (C(User=), limits, C(ExecStartPre=)) come from the disk.
+    type: bool
+    default: false
+    version_added: 0.2.0
+  apply_pending:
+    description:
+      - Let a restart of production start a change pending on disk (what a restart would start differs from what runs,
+        as M(llmfleet.specdec.serving_unit_info) O(llmfleet.specdec.serving_unit_info#module:start_from_running)
+        reports it). Without it, or O(keep_what_runs=true), such a restart is refused before any change.
+      - For a play that changed the unit's files on purpose and now restarts production on them (a promotion's or
+        a redeploy's commit, or its rescue that put the previous files back).
+      - Mutually exclusive with O(keep_what_runs=true), which keeps what runs instead.
     type: bool
     default: false
     version_added: 0.2.0
@@ -188,6 +212,8 @@ author:
 """
 
 EXAMPLES = r"""
+# Refused, before any change, when a restart of llama-server would start something other than what runs (its env
+# file edited on disk since it started, say): restart it yourself first, or choose keep_what_runs or apply_pending.
 - name: Run the draft-model candidate; the host restores production by itself after 15 minutes
   llmfleet.specdec.unit_override:
     unit: llama-server
@@ -231,6 +257,22 @@ EXAMPLES = r"""
     unit: llama-server
     state: absent
     restart: true
+  become: true
+
+- name: The same fresh start past an env file edited on disk - what runs stays the way back, the edit stays pending
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    state: absent
+    restart: true
+    keep_what_runs: true
+  become: true
+
+- name: Restart production on the env file just written on purpose (a commit), which is not what runs yet
+  llmfleet.specdec.unit_override:
+    unit: llama-server
+    state: absent
+    restart: true
+    apply_pending: true
   become: true
 
 - name: Emergency - remove every override this collection left on the host
@@ -343,6 +385,7 @@ ARGUMENT_SPEC = dict(
     restart=dict(type="bool", default=False),
     keep_what_runs=dict(type="bool", default=False),
     try_pending=dict(type="bool", default=False),
+    apply_pending=dict(type="bool", default=False),
 )
 
 

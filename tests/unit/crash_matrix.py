@@ -229,6 +229,13 @@ def _config(env: Dict[str, str]) -> Any:
     return env_config_from_mapping(env)
 
 
+def _applying(host: Host, apply: bool) -> uo.UnitOverride:
+    """unit_override apply_pending: a play's restart on the files it just wrote (a commit, or its rescue's put-back)."""
+    manager = host.manager()
+    manager.apply_pending = apply
+    return manager
+
+
 @dataclass
 class MatrixPath:
     """A host-changing path: its start state and the one operation that is killed."""
@@ -411,7 +418,7 @@ def _vehicle_play(new_vars: Dict[str, str], owner: str, record: bool, forced: bo
                     host.task("file: remove the failed promotion's record", record_path.unlink)
             try:
                 host.task("unit_override state=absent (rescue)",
-                          lambda: host.manager().absent(UNIT, restart=committed))
+                          lambda: _applying(host, committed).absent(UNIT, restart=committed))
             except UnitOverrideError:
                 pass  # ignore_errors: the next task says whether production is back
         host.task("ab_lock state=absent", lambda: host.unlock(owner))
@@ -884,7 +891,7 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper:
                 host.task("copy: commit the promoted drop-in", lambda: _write(other, promo["text"]))
                 host.task("command: mv the promoted drop-in to its name", lambda: os.replace(other, dropin))
             host.task("copy: commit the promotion record", lambda: _write(record, '{"form": "exec"}\n'))
-            host.task("unit_override state=absent restart=true", lambda: host.manager().absent(UNIT, restart=True))
+            host.task("unit_override state=absent restart=true", lambda: _applying(host, True).absent(UNIT, restart=True))
             host.task("serving_unit_info: runs the promoted " + ("variables" if wrapper else "command line"), read_back)
             host.task("file: remove earlier promotions' env files", stale)
         except UnitOverrideError as exc:
@@ -899,7 +906,8 @@ def _exec_promote_play(flags: List[str], env: Dict[str, Optional[str]], wrapper:
                         host.task(f"copy: put {path.name} back", lambda p=path, t=text: _write(p, t))
                 host.task("file: remove the failed promotion's record", lambda: record.unlink(missing_ok=True))
             try:
-                host.task("unit_override state=absent (rescue)", lambda: host.manager().absent(UNIT, restart=committed))
+                host.task("unit_override state=absent (rescue)",
+                          lambda: _applying(host, committed).absent(UNIT, restart=committed))
             except UnitOverrideError:
                 pass
         host.task("ab_lock state=absent", lambda: host.unlock("promote-1"))

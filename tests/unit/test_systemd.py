@@ -529,8 +529,8 @@ def _production(tmp_path: Path, pid: int = 77, **extra: str) -> Dict[str, Dict[s
 
 def test_present_in_check_mode_writes_nothing_and_shows_the_diff(tmp_path: Path) -> None:
     host = FakeHost(_production(tmp_path))
-    manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "env": {"LLAMA_ARG_PORT": "8080"}}},
-                       check_mode=True)
+    running = {"LLAMA_ARG_PORT": "8080", "LLAMA_ARG_MODEL": "/m/target.gguf"}  # production runs its env file
+    manager = _manager(tmp_path, host, {77: {"fds": ["socket:[31337]"], "env": running}}, check_mode=True)
     config = envfile.env_config_from_mapping({"LLAMA_ARG_SPEC_TYPE": "draft-simple"})
     result = manager.present("llama-server.service", config, 600)
     assert result["changed"] is True and result["restarted"] is False

@@ -41,6 +41,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._execstar
     quote_environment,
     quote_exec_argv,
 )
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import OverridePaths, Runner, UnitOverrideError
 
 # What systemd sets for each start of a service (systemd.exec(5), "Environment Variables in Spawned Processes"):
@@ -129,14 +130,54 @@ def keep(paths: OverridePaths, proc: str, pid: int, pending_kinds: Sequence[str]
     return render(paths.unit, pid, env, argv, pending)
 
 
+def _ours_in_place(paths: OverridePaths, info: Mapping[str, str]) -> bool:
+    """A pin, a dead-man's script or the A/B's drop-in in place: what runs is a candidate, or the way back is kept."""
+    return (os.path.exists(paths.pin) or os.path.exists(paths.script)
+            or paths.dropin_in_place(info.get("DropInPaths", "")))
+
+
+def _environment_only(info: Mapping[str, str], base: Mapping[str, str], proc: str, pid: int,
+                      why: str) -> Dict[str, object]:
+    """``pending_changes`` for a unit this collection cannot read (``why``): each variable systemd gives the unit
+    (``base``: Environment= and EnvironmentFile=) against the running process's, and unit files not loaded. A variable
+    only the process has is not compared: without the unit's command line, a wrapper's own cannot be told apart."""
+    differences: List[Dict[str, str]] = []
+    if info.get("NeedDaemonReload") == "yes":
+        differences.append({"what": "unit files", "detail": "the unit's files changed on disk since systemd loaded "
+                            "them (NeedDaemonReload=yes)"})
+    environ = ProcView(proc).environ(pid)
+    if environ:  # empty: unreadable or gone
+        names = sorted(n for n in base if environ.get(n) != base[n])
+        differences += [{"what": "environment", "detail": f"{name}: running {live_unit.shown_value(name, environ.get(name))}, "
+                         f"next start {live_unit.shown_value(name, base.get(name))}"} for name in names]
+    return {"compared": True, "why": f"the unit's command line and build were not compared: {why}",
+            "differences": differences}
+
+
+def pending_now(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str, run_dir: str,
+                base: Mapping[str, str]) -> Dict[str, object] | None:
+    """What a restart of production would start that its running process does not run (serving_unit_info's
+    ``pending_changes``, the check role spec_ab makes before its lock), read now, before any change. None when
+    there is nothing to compare: production not running, or this collection's drop-in, pin or dead-man in place (a
+    candidate runs, or the way back is kept already). A unit ``read_unit`` cannot read is compared by its
+    environment (``base``) and ``NeedDaemonReload`` only."""
+    pid = int(info.get("MainPID") or 0)
+    if not pid or info.get("ActiveState") not in ("active", "reloading") or _ours_in_place(paths, info):
+        return None
+    try:
+        live = live_unit.read_unit(paths.unit, run, proc=proc, run_dir=run_dir)
+    except SpecdecError as exc:
+        return _environment_only(info, base, proc, pid, str(exc))
+    return live_unit.pending_changes(live, proc=proc)
+
+
 def needed(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str, run_dir: str,
            command: bool = True) -> str | None:
     """Production running and no pin yet: the pin of what runs when a restart would start something else (read
     now, before any change; an error names what cannot be kept), else None. ``command=False``: the environment
     only (a build switch changes the binary on purpose)."""
     pid = int(info.get("MainPID") or 0)
-    if (not pid or os.path.exists(paths.pin) or os.path.exists(paths.script)
-            or paths.dropin_in_place(info.get("DropInPaths", ""))):
+    if not pid or _ours_in_place(paths, info):
         return None
     try:
         live = live_unit.read_unit(paths.unit, run, proc=proc, run_dir=run_dir)
@@ -147,6 +188,38 @@ def needed(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str
         return None
     kinds = [d["what"] for d in pending["differences"]] if command else ["environment"]
     return keep(paths, proc, pid, kinds, live_unit.pending_text(pending))
+
+
+# The module's ways past a change pending on disk (unit_override keep_what_runs, apply_pending).
+WAY_ON = ("set keep_what_runs=true to go ahead with what runs kept as every way back (the change stays pending on disk), "
+          "or apply_pending=true to start the change on disk knowingly")
+
+
+def check_options(params: Mapping[str, object]) -> None:
+    """unit_override's options about a change pending on disk, checked before anything is read or changed."""
+    state, every_unit = params.get("state"), params.get("unit") == "*"
+    if params.get("try_pending") and (state == "confirmed" or every_unit
+                                      or (state == "present" and not params.get("keep_what_runs"))):
+        raise SpecdecError("try_pending=true goes with state=present and keep_what_runs=true (the trial), or with "
+                           "state=absent on one unit (production restarted on the committed disk)")
+    if params.get("apply_pending") and params.get("keep_what_runs"):
+        raise SpecdecError("apply_pending=true and keep_what_runs=true say opposite things about a change pending on "
+                           "disk (start it, or keep what runs as the way back); set only one of them")
+
+
+def start_from_running(paths: OverridePaths, info: Mapping[str, str], run: Runner, proc: str, run_dir: str,
+                       base: Mapping[str, str] | None, *, keep: bool, apply: bool) -> str | None:
+    """Before a restart of production (unit_override, check mode too): with ``keep`` the pin of what runs when one is
+    needed (``needed``); with ``apply`` nothing (the restart starts the disk, as asked); else a restart that would
+    start something else than what runs (``pending_now``) is refused naming the difference and both options."""
+    if keep:
+        return needed(paths, info, run, proc, run_dir)
+    if apply:
+        return None
+    pending = pending_now(paths, info, run, proc, run_dir, base or {})
+    if pending and pending["differences"]:
+        raise UnitOverrideError(live_unit.refuse_pending(paths.unit, pending, way_on=WAY_ON))
+    return None
 
 
 def put_back(units: Sequence[Mapping[str, str]]) -> bool:

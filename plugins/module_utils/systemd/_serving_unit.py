@@ -475,10 +475,11 @@ def dropin_endpoint(dropin_text: str, env: Mapping[str, str], unit: str) -> Tupl
 
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CRED", re.I)
 # variables that configure the server: one the process has and the unit no longer sets is a pending change
-_SERVER_VARS = ("LLAMA_", "VLLM_", "SPECDEC_")
+SERVER_VARS = ("LLAMA_", "VLLM_", "SPECDEC_")
 
 
-def _shown(name: str, value: str | None) -> str:
+def shown_value(name: str, value: str | None) -> str:
+    """A variable's value for a message: quoted and cut, ``(hidden)`` when its name looks secret."""
     if value is None:
         return "unset"
     if _SECRET.search(name):
@@ -568,10 +569,10 @@ def pending_changes(live: Mapping[str, Any], proc: str = "/proc") -> Dict[str, A
     unit_env = dict(live.get("server_env") if live.get("kind") == "prefixed" else live.get("env") or {})
     if environ and live.get("kind") != "wrapper":  # empty: unreadable (not root) or gone; a wrapper sets its own
         names = sorted(n for n in unit_env if environ.get(n) != unit_env[n])
-        names += sorted(n for n in environ if n not in unit_env and n.startswith(_SERVER_VARS))
+        names += sorted(n for n in environ if n not in unit_env and n.startswith(SERVER_VARS))
         for name in names:
-            diffs.append({"what": "environment", "detail": f"{name}: running {_shown(name, environ.get(name))}, "
-                          f"next start {_shown(name, unit_env.get(name))}"})
+            diffs.append({"what": "environment", "detail": f"{name}: running {shown_value(name, environ.get(name))}, "
+                          f"next start {shown_value(name, unit_env.get(name))}"})
     program = (want or [None])[0] if live.get("kind") in ("direct", "launcher", "prefixed") else None
     exe = _exe(proc, pid)
     if program and exe and os.path.isabs(program) and (want is not None) and not _is_script(program):
@@ -589,10 +590,13 @@ def pending_text(pending: Mapping[str, Any]) -> str:
     return "; ".join(f"{d['what']}: {d['detail']}" for d in pending.get("differences") or [])
 
 
-def refuse_pending(unit: str, pending: Mapping[str, Any], host: str = "") -> str:
-    """The one-line refusal: what differs, that nothing changed, and the two ways on."""
+FORCE_WAY_ON = "add -e specdec_force=true to go ahead with the pending change (it is named in the run's record)"
+
+
+def refuse_pending(unit: str, pending: Mapping[str, Any], host: str = "", way_on: str = FORCE_WAY_ON) -> str:
+    """The one-line refusal: what differs, that nothing changed, and the ways on (``way_on``: a play's
+    ``specdec_force``, or a module's own options)."""
     where = f"{unit} on {host}" if host else unit
     return (f"{where}: what a restart would start differs from what runs ({pending_text(pending)}). Nothing "
             f"was changed. Restart it yourself first (systemctl daemon-reload && systemctl restart {unit}) and "
-            "check that it serves, or put the unit's files back to what runs; or add -e specdec_force=true to go "
-            "ahead with the pending change (it is named in the run's record)")
+            f"check that it serves, or put the unit's files back to what runs; or {way_on}")

@@ -207,6 +207,7 @@ class UnitOverride:
                                         clock=clock, sleep=sleep)
         self.keep_what_runs = False  # O(keep_what_runs): a pending change on disk is not the way back (_pin)
         self.try_pending = False  # O(try_pending): the candidate runs on the pending change, what ran is only the way back
+        self.apply_pending = False  # O(apply_pending): a restart may start a change pending on disk (else refused)
 
     @property
     def guard_seconds(self) -> int:
@@ -354,9 +355,10 @@ class UnitOverride:
                                     "first (role llmfleet.specdec.llamacpp_serve)")
         return info
 
-    def pin_needed(self, paths: OverridePaths, info: Mapping[str, str]) -> str | None:
-        """With keep_what_runs: the pin of what runs when it is needed now (``_pin.needed``), else None."""
-        return _pin.needed(paths, info, self.run, self.proc.proc, self.run_dir) if self.keep_what_runs else None
+    def pin_needed(self, paths: OverridePaths, info: Mapping[str, str], base: Mapping[str, str] | None = None) -> str | None:
+        """The pin of what runs (keep_what_runs); with ``base``, a pending change refused (``_pin.start_from_running``)."""
+        return _pin.start_from_running(paths, info, self.run, self.proc.proc, self.run_dir, base, keep=self.keep_what_runs,
+                                       apply=self.apply_pending or self.try_pending or base is None)
 
     def present(self, unit: str, config: EnvConfig, rollback_after: int | None,
                 exec_start: ExecStart | None = None) -> Dict[str, Any]:
@@ -393,13 +395,13 @@ class UnitOverride:
                 {"before_header": paths.env_file, "after_header": paths.env_file, "before": env_now or "", "after": want_env},
             ],
         }
+        pin = self.pin_needed(paths, info, base) if plan.restart else None
         if self.check_mode:
             result["rollback"] = self._rollback_report(paths, rollback_after if plan.arm_timer else None)
             return result
         if not plan.changed:
             result.update(healthy=True, main_pid=pid, rollback=self._rollback_report(paths, None))
             return result
-        pin = self.pin_needed(paths, info) if plan.restart else None
         if plan.restart:
             # Before anything changes: a port held by another process is refused now, production untouched.
             self.require_port(unit, port, info, what="the candidate")
@@ -581,9 +583,10 @@ class UnitOverride:
             result.update(healthy=None, note=f"{unit} is not installed: removed what was left, restarted nothing")
             return result
         result.update(url=health_url(host, port), port=port)
+        # a fresh start of a production that serves starts from what runs; one that is down is brought back
+        pin = self.pin_needed(paths, info, None if down else base) if need_restart and not overridden else None
         if self.check_mode:
             return result
-        pin = self.pin_needed(paths, info) if need_restart and not overridden else None
         if need_restart:
             self.require_port(unit, port, info, what="production")
         pin, kept = (None, None) if self.try_pending else (pin, pin or (_pin.current(paths) if need_restart else None))
@@ -704,10 +707,7 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
                            "restarts the unit whenever its candidate changes")
     if params.get("restart") and every_unit:
         raise SpecdecError("restart=true needs one unit: unit='*' restores every overridden unit and restarts only those")
-    if params.get("try_pending") and (state == "confirmed" or every_unit
-                                      or (state == "present" and not params.get("keep_what_runs"))):
-        raise SpecdecError("try_pending=true goes with state=present and keep_what_runs=true (the trial), or with "
-                           "state=absent on one unit (production restarted on the committed disk)")
+    _pin.check_options(params)  # keep_what_runs, try_pending, apply_pending
     unit = None if every_unit else service_name(params["unit"])
     exec_start = (check_exec_start(params["exec_start"], params.get("exec_prefix"))
                   if state == "present" and params.get("exec_start") is not None else None)
@@ -737,8 +737,8 @@ def run_unit_override(params: Mapping[str, Any], *, run: Runner, check_mode: boo
     manager = UnitOverride(run=run, check_mode=check_mode, python=python,
                            health_timeout=health_timeout, port_timeout=port_timeout)
     manager.deadman.python_problem = python_problem
-    manager.keep_what_runs = bool(params.get("keep_what_runs"))
-    manager.try_pending = bool(params.get("try_pending"))
+    manager.keep_what_runs, manager.try_pending, manager.apply_pending = (
+        bool(params.get(name)) for name in ("keep_what_runs", "try_pending", "apply_pending"))
     if every_unit:
         return manager.absent_everywhere()
     if unit is None or (state == "present" and config is None):  # the module's required_if; survives python -O
