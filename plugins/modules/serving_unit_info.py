@@ -71,12 +71,16 @@ options:
     default: false
   endpoint:
     description:
-      - The URL the play reaches production at (C(specdec_endpoint)). When given and the unit runs directly on the
-        host, a local process that listens on its port must be the unit's (its main process or one in its control
-        group); another process there fails, naming it and the fix, in check mode too - every measurement would
-        otherwise reach that process, not the unit.
-      - A port nothing on the host listens on (a remote endpoint) and a container unit are not checked here; the
-        health check that follows decides.
+      - The URL the play reaches production at (C(specdec_endpoint)). Its address must be loopback or one of this
+        host's own addresses (a host name must resolve to such); another machine's address fails, naming it, in check
+        mode too. When the unit runs directly on the host, the local process a connection to that address and port
+        reaches (the socket bound to the address, else one bound to the wildcard) must be the unit's (its main
+        process or one in its control group); another process there fails, naming it and the fix - every
+        measurement would otherwise reach that process, not the unit (a server on C(127.0.0.2:P) is not the unit on
+        C(127.0.0.1:P)).
+      - A port nothing on the host listens on at that address and a container unit's port are not checked here; the
+        health check that follows decides. A proxy in front of the unit is not given here (role
+        C(llmfleet.specdec.spec_ab) leaves it out with C(specdec_endpoint_proxy=true)).
     type: str
 notes:
   - Run it as root (C(become=true)) so that every unit file and env file can be read.
@@ -212,7 +216,12 @@ from urllib.parse import urlsplit
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView, within_cgroup
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import (
+    ProcView,
+    endpoint_addresses,
+    not_this_host,
+    within_cgroup,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._serving_unit import (
     not_installed,
     pending_changes,
@@ -240,7 +249,18 @@ def endpoint_problem(unit: dict, endpoint: str | None, run, proc: str = "/proc")
     """Why ``endpoint`` is not the unit's server ('' when it is, or when this host cannot tell)."""
     running = unit.get("running") or {}
     pid = int(running.get("pid") or 0)
-    if not endpoint or unit.get("kind") == "container" or not pid:
+    if not endpoint:
+        return ""
+    own = (unit.get("endpoint") or {}).get("url")
+    where = f" ({own}, from its command line)" if own else ""
+    addresses, why = endpoint_addresses(endpoint)
+    elsewhere = [str(a) for a in addresses if not_this_host(a)]
+    if why or elsewhere:
+        why = why or f"{', '.join(elsewhere)} is neither loopback nor an address of this host"
+        return (f"specdec_endpoint {endpoint} is not {unit['unit']}'s server: {why}, so every measurement would reach "
+                f"another machine; set specdec_endpoint to the address {unit['unit']} listens on{where}, or declare a "
+                "proxy in front of it (specdec_endpoint_proxy=true)")
+    if unit.get("kind") == "container" or not pid:
         return ""
     try:
         parts = urlsplit(endpoint)
@@ -248,18 +268,18 @@ def endpoint_problem(unit: dict, endpoint: str | None, run, proc: str = "/proc")
     except ValueError:
         return ""
     view = ProcView(proc)
-    inodes = view.listening_inodes(port)
+    inodes = view.answering_inodes(port, addresses)
     owners = view.socket_owners(inodes) if inodes else []
     if not owners:
         return ""
     rc, out, _err = run(["systemctl", "show", unit["unit"], "-p", "ControlGroup", "--value"])
     group = out.strip() if rc == 0 else ""
-    if any(owner == pid or within_cgroup(view.cgroup(owner), group) for owner in owners):
+    if all(owner == pid or within_cgroup(view.cgroup(owner), group) for owner in owners):
         return ""
-    own = (unit.get("endpoint") or {}).get("url")
-    where = f" ({own}, from its command line)" if own else ""
-    return (f"specdec_endpoint {endpoint} is not {unit['unit']}'s server: port {port} is held by "
-            f"{view.owners_text(owners)}, not by the unit's process (pid {pid}); set specdec_endpoint to the address "
+    others = [owner for owner in owners if owner != pid and not within_cgroup(view.cgroup(owner), group)]
+    return (f"specdec_endpoint {endpoint} is not {unit['unit']}'s server: port {port} at "
+            f"{' or '.join(str(a) for a in addresses)} is held by "
+            f"{view.owners_text(others)}, not by the unit's process (pid {pid}); set specdec_endpoint to the address "
             f"{unit['unit']} listens on{where}, or stop the other process")
 
 

@@ -196,6 +196,10 @@ options:
         the process listening on the endpoint's port on this host must be the unit's C(MainPID) or a process in its
         control group, and the same process both times; otherwise the task fails naming the process that holds
         the port, and no numbers are returned as the unit's.
+      - The endpoint's address counts too. It must be loopback or one of this host's own addresses (else the task
+        fails saying so), and the listener checked is the one a connection to that address reaches - the socket
+        bound to it, else one bound to the wildcard - so a server on C(127.0.0.2:P) is not taken for the unit on
+        C(127.0.0.1:P).
       - Reading the owners of sockets needs root (C(become)). Unset, nothing is checked.
     type: str
     version_added: 0.2.0

@@ -37,7 +37,7 @@ def test_another_process_on_the_port_is_named_with_the_fix(tmp_path: Path) -> No
     proc = fake_proc(tmp_path / "proc", 8080, {200: "/user.slice/session-1.scope"})
     problem = endpoint_problem(UNIT, "http://127.0.0.1:8080", systemctl, proc=str(proc))
     assert problem.startswith("specdec_endpoint http://127.0.0.1:8080 is not llama-server.service's server: port "
-                              "8080 is held by pid 200 (python3, unit session-1.scope: python3 -m http.server)")
+                              "8080 at 127.0.0.1 is held by pid 200 (python3, unit session-1.scope: python3 -m http.server)")
     assert problem.endswith("set specdec_endpoint to the address llama-server.service listens on "
                             "(http://127.0.0.1:8080, from its command line), or stop the other process")
 

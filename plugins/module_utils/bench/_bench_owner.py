@@ -4,9 +4,13 @@
 """Before ``spec_bench`` measures, and again after, the process listening on the endpoint's port must be the unit's
 own server: its ``MainPID`` or a process in its control group (``/proc/net/tcp*`` inode -> ``/proc/<pid>/fd``,
 ``/proc/<pid>/cgroup`` against the unit's ``ControlGroup``), the same test ``unit_override``'s health gate makes.
-Anything else (no listener on this host, a listener outside the unit, fds this module cannot read, a unit that is
-not active) is refused naming what holds the port, so that another server's numbers are never recorded as the
-unit's. Between the two checks the unit must not have been restarted (same ``MainPID``).
+The endpoint's address counts as well as its port: it must be loopback or one of this host's own addresses (a
+neighbour's address with the same port is another machine's server), and the listener checked is the one a
+connection to that address reaches (the socket bound to it, else a wildcard one: a server on 127.0.0.2:P is not
+the unit on 127.0.0.1:P). Anything else (an address not on this host, no listener there, a listener outside the
+unit, fds this module cannot read, a unit that is not active) is refused naming the reason or what holds the port,
+so that another server's numbers are never recorded as the unit's. Between the two checks the unit must not have
+been restarted (same ``MainPID``).
 
 Only reading: ``systemctl show`` through the injected runner and ``/proc`` through ``ProcView``.
 """
@@ -16,7 +20,12 @@ from typing import Any, Dict
 from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import ProcView, within_cgroup
+from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import (
+    ProcView,
+    endpoint_addresses,
+    not_this_host,
+    within_cgroup,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import Runner, Systemctl
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -43,6 +52,14 @@ def check_owner(unit: str, endpoint: str, run: Runner, view: ProcView | None = N
     (and nothing else) listens there; BenchOwnerError naming the holder otherwise."""
     view = view or ProcView()
     port = endpoint_port(endpoint)
+    addresses, why = endpoint_addresses(endpoint)
+    elsewhere = [str(a) for a in addresses if not_this_host(a)]
+    if why or elsewhere:
+        why = why or (f"{', '.join(elsewhere)} is neither loopback nor an address of this host, so another machine "
+                      "answers it")
+        raise BenchOwnerError(f"endpoint {endpoint}: {why}; {unit}'s server is measured on its own host, and nothing "
+                              f"was measured. Point the endpoint at the address and port {unit} listens on here "
+                              "(127.0.0.1, or this host's own address; spec_ab_endpoint)")
     try:
         info = Systemctl(run).show(unit, ["ActiveState", "SubState", "MainPID", "ControlGroup"])
     except SpecdecError as exc:
@@ -50,23 +67,25 @@ def check_owner(unit: str, endpoint: str, run: Runner, view: ProcView | None = N
                               f"{endpoint}") from None
     pid = int(info.get("MainPID") or 0)
     group = info.get("ControlGroup", "")
-    what = f"{endpoint} (port {port})"
+    at = " or ".join(str(a) for a in addresses)
+    what = f"{endpoint} (address {at}, port {port})"
     if info.get("ActiveState") != "active" or not pid:
         raise BenchOwnerError(f"{unit} is {info.get('ActiveState') or '?'}/{info.get('SubState') or '?'} (MainPID "
                               f"{pid}), so whatever answers {what} is not its server; nothing was measured. Start "
                               f"{unit} (or let the A/B restore it) and run again")
-    inodes = view.listening_inodes(port)
+    inodes = view.answering_inodes(port, addresses)
     owners = view.socket_owners(inodes) if inodes else []
     others = [owner for owner in owners if owner != pid and not within_cgroup(view.cgroup(owner), group)]
     if not inodes:
-        raise BenchOwnerError(f"no process on this host listens on port {port}, so {what} is not served by {unit} "
+        raise BenchOwnerError(f"no process on this host listens on port {port} at {at}, so {what} is not served by {unit} "
                               f"(pid {pid}) here; nothing was measured. Point the endpoint at {unit}'s own host and "
                               "port (spec_ab_endpoint)")
     if others or not owners:
         held_by = view.owners_text(others) if others else view.owners_text([])
         raise BenchOwnerError(f"port {port} of {what} is held by {held_by}, not by {unit}'s server (pid {pid}"
                               f"{' or its control group ' + group if group else ''}); nothing from it is recorded as "
-                              f"{unit}'s. Stop that process, or move it off port {port}, and run again")
+                              f"{unit}'s. Stop that process or move it off port {port}, or point the endpoint at the "
+                              f"address {unit} listens on, and run again")
     return {"unit": unit, "port": port, "main_pid": pid, "owners": owners}
 
 

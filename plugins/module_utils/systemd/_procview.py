@@ -7,15 +7,24 @@
 - ``cgroup_path``/``within_cgroup``: which unit a process belongs to (``/proc/<pid>/cgroup``);
 - ``parse_proc_net_tcp``/``Listener``: the LISTEN sockets of ``/proc/net/tcp*``;
 - ``ProcView``: socket inode to owning PIDs (``/proc/<pid>/fd``), a process's environment, a description
-  of a process for an error message; rooted at a directory so that tests can give it a fake ``/proc``.
+  of a process for an error message; rooted at a directory so that tests can give it a fake ``/proc``;
+- ``endpoint_addresses``/``not_this_host``/``ProcView.answering_inodes``: which of the host's listeners a URL's
+  connections reach - the address as well as the port (a server on 127.0.0.2:P is not the unit on 127.0.0.1:P).
 
-Only reading: nothing here changes the host, runs systemctl or decides anything.
+Only reading: nothing here changes the host, runs systemctl or decides anything (whether an address is this host's
+is asked by binding a socket to it for a moment, which the kernel allows only for its own addresses).
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+import socket
+import struct
+from typing import Dict, List, NamedTuple, Sequence, Tuple, Union
+from urllib.parse import urlsplit
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 
 def parse_show(text: str) -> Dict[str, List[str]]:
@@ -88,6 +97,63 @@ def parse_proc_net_tcp(text: str) -> List[Listener]:
     return listeners
 
 
+def listener_address(text: str) -> IPAddress | None:
+    """A ``/proc/net/tcp*`` local address (hex, each 32-bit word in the host's byte order) as an IP address."""
+    try:
+        words = [int(text[i:i + 8], 16) for i in range(0, len(text), 8)]
+        return ipaddress.ip_address(b"".join(struct.pack("=I", word) for word in words))
+    except (ValueError, struct.error):
+        return None
+
+
+def _plain(address: IPAddress) -> IPAddress:
+    """An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``, an IPv6 socket's view of IPv4) as its IPv4 address."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped if mapped is not None else address
+
+
+def endpoint_addresses(url: str) -> Tuple[List[IPAddress], str]:
+    """The addresses a URL's client connects to (an IP literal, or what its host name resolves to), and '' - or
+    no address and why."""
+    try:
+        parts = urlsplit(str(url))
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        return [], f"it is not a URL ({exc})"
+    if not host:
+        return [], "it names no host"
+    try:
+        return [ipaddress.ip_address(host.split("%")[0])], ""
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, port or 80, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        return [], f"its host {host!r} does not resolve ({exc})"
+    out: List[IPAddress] = []
+    for _family, _type, _proto, _name, sockaddr in found:
+        address = _plain(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
+        if address not in out:
+            out.append(address)
+    return out, ""
+
+
+def not_this_host(address: IPAddress) -> bool:
+    """Whether ``address`` is neither loopback nor one of this host's own (the kernel binds only its own)."""
+    address = _plain(address)
+    if address.is_loopback:
+        return False
+    if address.is_unspecified or address.is_multicast:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(address), 0))
+        return False
+    except OSError:
+        return True
+
+
 # ------------------------------------------------------------------ the host
 
 
@@ -113,6 +179,28 @@ class ProcView:
             text = read_text(os.path.join(self.proc, table))
             if text:
                 inodes += [entry.inode for entry in parse_proc_net_tcp(text) if entry.port == port]
+        return inodes
+
+    def listeners(self, port: int) -> List[Tuple[IPAddress, int]]:
+        """(address, inode) of every socket listening on ``port`` (``/proc/net/tcp`` and ``tcp6``)."""
+        out = []
+        for table in ("net/tcp", "net/tcp6"):
+            for entry in parse_proc_net_tcp(read_text(os.path.join(self.proc, table)) or ""):
+                address = listener_address(entry.address) if entry.port == port else None
+                if address is not None:
+                    out.append((address, entry.inode))
+        return out
+
+    def answering_inodes(self, port: int, addresses: Sequence[IPAddress]) -> List[int]:
+        """The listening sockets a connection to each of ``addresses`` on ``port`` reaches: the one bound to that
+        address (the kernel prefers it), else one bound to the wildcard (``0.0.0.0``, or ``::`` for both)."""
+        listening = self.listeners(port)
+        inodes: List[int] = []
+        for wanted in (_plain(a) for a in addresses):
+            exact = [inode for address, inode in listening if _plain(address) == wanted]
+            wildcard = [inode for address, inode in listening if address.is_unspecified
+                        and (address.version == 6 or wanted.version == 4)]
+            inodes += [inode for inode in exact or wildcard if inode not in inodes]
         return inodes
 
     def socket_owners(self, inodes: Sequence[int]) -> List[int]:
