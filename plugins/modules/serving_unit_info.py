@@ -155,10 +155,21 @@ serving_unit:
       description: The file and line of the C(ExecStart=) in force.
       type: str
     env:
-      description: The unit's environment from C(Environment=), C(EnvironmentFile=) and C(UnsetEnvironment=).
+      description:
+        - The unit's environment from C(Environment=), C(EnvironmentFile=) and C(UnsetEnvironment=).
+        - The value of a variable whose name looks secret (a word C(TOKEN), C(KEY), C(SECRET), C(PASSWORD), C(AUTH) or
+          C(CREDENTIALS), as in C(HF_TOKEN) or C(LLAMA_API_KEY)) is masked as C(********), here and in
+          RV(serving_unit.server_env), a container's C(env) and RV(serving_unit.wrapper); Ansible also hides such a
+          value (8 characters or more) wherever else it would appear in the result, except in the command line.
       type: dict
     server_env:
-      description: The environment the server reads (a container's C(-e), C(--env-file), C(--env-host)).
+      description:
+        - The environment the server reads (a container's C(-e), C(--env-file), C(--env-host); with an C(env VAR=value)
+          prefix, RV(serving_unit.env) and the prefix's variables).
+        - For a wrapper, the server's own settings read from its C(/proc/<pid>/environ) - the engine's variables
+          (C(LLAMA_*), C(VLLM_*), C(GGML_*), C(CUDA_*), C(HIP_*), C(SPECDEC_*), C(OMP_*), C(ROCR_*), C(HSA_*)) and
+          those the unit's environment sets - never the wrapper's whole environment (C(PATH), C(INVOCATION_ID), a
+          token it exports). Secret-looking values masked as in RV(serving_unit.env).
       type: dict
     container:
       description: For a container, the runtime, the image, its index, the runtime's options, env and published ports.
@@ -216,6 +227,7 @@ from urllib.parse import urlsplit
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import masked, secret_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import (
     ProcView,
     endpoint_addresses,
@@ -283,6 +295,25 @@ def endpoint_problem(unit: dict, endpoint: str | None, run, proc: str = "/proc")
             f"{unit['unit']} listens on{where}, or stop the other process")
 
 
+def shown_unit(unit: dict) -> dict:
+    """The unit as returned: each variable whose name looks secret masked in its environments (``env``,
+    ``server_env``, a container's and a wrapper's); what runs is read unmasked on the host, never returned."""
+    shown = dict(unit, **{key: masked(unit[key]) for key in ("env", "server_env") if isinstance(unit.get(key), dict)})
+    if isinstance(unit.get("container"), dict):
+        shown["container"] = dict(unit["container"], env=masked(unit["container"].get("env")))
+    if isinstance(unit.get("wrapper"), dict):
+        shown["wrapper"] = dict(unit["wrapper"], set_by_wrapper=masked(unit["wrapper"].get("set_by_wrapper")))
+    return shown
+
+
+def hide_secrets(module: AnsibleModule, unit: dict) -> None:
+    """``no_log`` for the secret values the unit's environments hold (8 characters or more, and not a word of its
+    command line, which a candidate's command line is built from): Ansible hides them from anything returned."""
+    words = set((unit.get("argv") or []) + ((unit.get("running") or {}).get("argv") or []))
+    values = secret_values(unit.get("env"), unit.get("server_env"), (unit.get("container") or {}).get("env"))
+    module.no_log_values.update(v for v in values if len(v) >= 8 and not any(v in word for word in words))
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -297,26 +328,27 @@ def main() -> None:
         unit = read_unit(p["unit"], lambda argv: module.run_command(list(argv)), backend=p["engine"])
     except SpecdecError as exc:
         module.fail_json(msg=str(exc), exception=traceback.format_exc())
+    hide_secrets(module, unit)
     if not unit["installed"] and NO_SYSTEMD.search(unit.get("why") or ""):
         unit["why"] = "this host does not run systemd (PID 1 is another init)"
         if p["required"]:
             module.fail_json(msg=f"{unit['unit']} (specdec_unit): this host does not run systemd, and serving units "
                                  "are systemd services; run the play on a host where production runs under systemd "
-                                 "(limit it with -l)", serving_unit=unit)
+                                 "(limit it with -l)", serving_unit=shown_unit(unit))
     if not unit["installed"] and p["required"]:
         why = " ".join((unit["why"] or "").split())
         module.fail_json(msg=f"{unit['unit']} (specdec_unit): {why}; deploy the unit (role "
                              "llmfleet.specdec.llamacpp_serve, or your own unit file) or name the right one in "
-                             "specdec_unit", serving_unit=unit)
+                             "specdec_unit", serving_unit=shown_unit(unit))
     problem = endpoint_problem(unit, p["endpoint"], lambda argv: module.run_command(list(argv)))
     if problem:
-        module.fail_json(msg=problem, serving_unit=unit)
+        module.fail_json(msg=problem, serving_unit=shown_unit(unit))
     unit["pending"] = pending_changes(unit)
     pending_change = pending_text(unit["pending"])
     if p["start_from_running"] and pending_change and not p["force"]:
-        module.fail_json(msg=refuse_pending(unit["unit"], unit["pending"]), serving_unit=unit,
+        module.fail_json(msg=refuse_pending(unit["unit"], unit["pending"]), serving_unit=shown_unit(unit),
                          pending_change=pending_change)
-    module.exit_json(changed=False, serving_unit=unit, pending_change=pending_change)
+    module.exit_json(changed=False, serving_unit=shown_unit(unit), pending_change=pending_change)
 
 
 if __name__ == "__main__":

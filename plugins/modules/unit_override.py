@@ -194,7 +194,8 @@ attributes:
     details: Reports what would change (and the would-be timer) without writing, reloading or restarting.
   diff_mode:
     support: full
-    details: Shows the drop-in and the env file before and after.
+    details: Shows the drop-in and the env file before and after, the value of a variable whose name looks secret
+      (C(HF_TOKEN), C(LLAMA_API_KEY)) as C(********); such a value given in O(env) is also hidden from the result.
   idempotent:
     support: full
 notes:
@@ -369,6 +370,7 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import MASK, looks_secret, secret_values
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import UnitOverrideError
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_override import run_unit_override
 
@@ -389,10 +391,20 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def hide_in_diff(entry: dict) -> dict:
+    """A diff entry with each ``NAME=value`` line of a variable whose name looks secret shown as ``NAME=********``."""
+    def hide(text: str) -> str:
+        return "".join(f"{line.partition('=')[0]}={MASK}\n" if looks_secret(line.partition("=")[0].strip()) and "=" in line
+                       else line for line in text.splitlines(keepends=True))
+    return dict(entry, before=hide(entry.get("before") or ""), after=hide(entry.get("after") or ""))
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            mutually_exclusive=[("env", "env_file")],
                            required_if=[("state", "present", ("env", "env_file", "exec_start"), True)])
+    # a candidate's secret-looking values (8 characters or more) are hidden from the result and its messages
+    module.no_log_values.update(v for v in secret_values(module.params.get("env")) if len(v) >= 8)
     try:
         result = run_unit_override(module.params, run=module.run_command,
                                    check_mode=module.check_mode, python=sys.executable)
@@ -402,7 +414,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     diff = result.pop("diff", None)
     if module._diff and diff is not None and result.get("changed"):
-        result["diff"] = diff
+        result["diff"] = [hide_in_diff(entry) for entry in diff]
     module.exit_json(**result)
 
 

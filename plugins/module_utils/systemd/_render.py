@@ -36,6 +36,10 @@ checks), ``host_env`` / ``host_argv`` (``env`` and ``argv`` with a container's p
 through its bind mounts: what the preflight reads on the host) and ``refused``: the settings the server would
 silently ignore (``_unit_command.outranked``: in form ``env`` a variable whose flag is on production's command
 line; in both forms a config that sets one option as a variable and as a flag), each naming the flag.
+
+``env``, ``effective_env`` and ``host_env`` - what the lint, the report and the watch read - show a variable whose name
+looks secret (``_secrets.looks_secret``: ``HF_TOKEN``, ``LLAMA_API_KEY``) as ``_secrets.MASK``, never its value;
+``override`` and ``exec_start`` keep the candidate's own values, which ``unit_override`` writes.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import masked
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
@@ -255,7 +260,7 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         argv = list(unit.get("server_args") or [])
     return {
         "override": override,
-        "env": process_env,
+        "env": masked(process_env),
         "unset": sorted(key for key, value in override.items() if value is None),
         "argv": argv,
         "env_file": render_lines({k: v for k, v in override.items() if v is not None}),
@@ -263,8 +268,8 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         "exec_start": None,
         "exec_prefix": "",
         "server_config": dict(override),
-        "effective_env": dict(process_env),
-        "host_env": dict(process_env),
+        "effective_env": masked(process_env),
+        "host_env": masked(process_env),
         "host_argv": list(argv),
         "refused": refused,
     }
@@ -312,7 +317,7 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
         raise RenderError(str(exc).replace("; nothing was written", "; change it")) from None
     return {
         "override": kept,
-        "env": process_env,
+        "env": masked(process_env),
         "unset": sorted(key for key, value in kept.items() if value is None),
         "argv": list(applied["server_args"]),
         "env_file": render_lines({k: v for k, v in kept.items() if v is not None}),
@@ -321,9 +326,9 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
         "exec_prefix": str(unit.get("exec_prefix") or ""),
         "server_config": _settings(override, tokens, backend),
         # a container's paths as the host sees them (its bind mounts): what the preflight reads on the host
-        "effective_env": {k: uc.host_path(v, volumes) for k, v in
-                          _effective_env(process_env, applied["server_args"], backend).items()},
-        "host_env": {k: uc.host_path(v, volumes) for k, v in process_env.items()},
+        "effective_env": masked({k: uc.host_path(v, volumes) for k, v in
+                                 _effective_env(process_env, applied["server_args"], backend).items()}),
+        "host_env": masked({k: uc.host_path(v, volumes) for k, v in process_env.items()}),
         "host_argv": [uc.host_path(a, volumes) for a in applied["server_args"]],
         "refused": refused,
     }

@@ -7,7 +7,9 @@
 A shell script cannot be read the way systemd's own syntax can, so the server is read where it runs: the unit's
 ``MainPID`` (with ``exec`` the wrapper's process became the server), or else the one server process in the unit's
 control group (a wrapper that starts it as a child). Its ``/proc/<pid>/cmdline`` gives the server's real command
-line and ``/proc/<pid>/environ`` the variables it sees.
+line and ``/proc/<pid>/environ`` the variables it sees, of which only the server's settings are kept
+(``server_settings``: the engine's variables and what the unit's environment sets; never ``PATH``, systemd's
+per-start variables or a token the wrapper exports).
 
 Such a unit takes candidates in form ``env``: the A/B's drop-in adds the candidate's variables to the unit's
 environment, which the wrapper hands down to the server. So a candidate is refused when the server would not see
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import masked
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import (
     ProcView,
@@ -33,6 +36,15 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview
 SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
 # variables that configure the server: those a wrapper sets itself are named
 SERVER_PREFIXES = ("LLAMA_", "VLLM_", "GGML_", "CUDA_", "HIP_")
+# and what else of the server's environment is its settings (the collection's own, OpenMP's threads, ROCm's devices):
+# the rest of a wrapper's environment (PATH, INVOCATION_ID, a token it exports) is never read as production's settings
+SETTING_PREFIXES = (*SERVER_PREFIXES, "SPECDEC_", "OMP_", "ROCR_", "HSA_")
+
+
+def server_settings(environ: Mapping[str, str], unit_env: Mapping[str, str]) -> Dict[str, str]:
+    """The server's own settings out of its whole environment: the engine's variables (``SETTING_PREFIXES``) and
+    those the unit's ``Environment=``/``EnvironmentFile=`` set."""
+    return {name: value for name, value in environ.items() if name.startswith(SETTING_PREFIXES) or name in unit_env}
 
 
 def is_script(path: str) -> bool:
@@ -122,7 +134,7 @@ def describe(argv: Sequence[str], env: Mapping[str, str], unit: str, proc: str, 
             "llama-server or `vllm serve`. End the wrapper with `exec llama-server ...` (or `exec vllm serve ...`), "
             "or put the server on the unit's ExecStart= line")
     pid, server_argv, (engine, at) = found
-    server_env = ProcView(proc).environ(pid)
+    server_env = server_settings(ProcView(proc).environ(pid), env)
     set_by_wrapper = {name: value for name, value in server_env.items()
                       if name.startswith(SERVER_PREFIXES) and env.get(name) != value}
     set_by_wrapper.update({name: None for name in env if name.startswith(SERVER_PREFIXES) and name not in server_env})
@@ -145,12 +157,12 @@ def refusals(unit: Mapping[str, Any], override: Mapping[str, str | None], flags:
                     "message": f"config {config}: {name} runs a wrapper that writes the server's command line itself, "
                                f"so its flags ({' '.join(str(f) for f in flags)[:120]}) cannot reach the server; give "
                                "them as variables (LLAMA_ARG_*), or put the server on the unit's ExecStart= line"})
-    for var, value in override.items():
-        seen = (wrapper.get("set_by_wrapper") or {})
+    for var, value in masked(override).items():
+        seen = masked(wrapper.get("set_by_wrapper") or {})
         if var in seen and var in unit_env:
             out.append({"code": "wrapper-sets", "config": config, "setting": var, "flag": var,
                         "message": f"config {config}: {name}'s wrapper sets {var} itself (the server sees "
-                                   f"{seen[var]!r}, the unit's environment says {unit_env[var]!r}), so the "
+                                   f"{seen[var]!r}, the unit's environment says {masked(unit_env)[var]!r}), so the "
                                    f"candidate's {var}={value} would never reach the server; remove it from the "
                                    "wrapper (or write it as ${" + var + ":-...})"})
         elif unit.get("engine") == "vllm" and var in uc.VLLM_LAUNCHER_VARS:
@@ -166,11 +178,13 @@ def environ_mismatch(assignments: Sequence[Tuple[str, str]], unset: Sequence[str
     """Each candidate variable the process does not see as the drop-in set it, as ``NAME: the server sees X,
     the drop-in set Y``."""
     out = []
+    shown = masked(dict(environ, **dict(assignments)))  # a secret-looking variable's values are never shown
     for var, value in assignments:
         if environ.get(var) != value:
-            out.append(f"{var}: the server sees {environ[var]!r}" if var in environ else f"{var}: the server has none")
-            out[-1] += f", the drop-in set {value!r}"
-    out += [f"{var}: the server sees {environ[var]!r}, the drop-in unsets it" for var in unset if var in environ]
+            seen = masked({var: environ[var]})[var] if var in environ else None
+            out.append(f"{var}: the server sees {seen!r}" if var in environ else f"{var}: the server has none")
+            out[-1] += f", the drop-in set {shown[var]!r}"
+    out += [f"{var}: the server sees {shown[var]!r}, the drop-in unsets it" for var in unset if var in environ]
     return out
 
 

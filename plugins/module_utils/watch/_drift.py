@@ -16,6 +16,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import MASK, is_masked, looks_secret
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
 
 SNAPSHOT_SCHEMA = "llmfleet.specdec/measured-on/1"
@@ -288,9 +289,16 @@ def watched_keys(promoted: Mapping[str, str], live: Mapping[str, str]) -> List[s
 
 
 def env_differences(promoted: Mapping[str, str], live: Mapping[str, str]) -> Dict[str, Dict[str, Optional[str]]]:
-    """Variable -> {promoted, live} for every watched variable whose value differs (None: not set)."""
-    return {k: {"promoted": promoted.get(k), "live": live.get(k)} for k in watched_keys(promoted, live)
-            if promoted.get(k) != live.get(k)}
+    """Variable -> {promoted, live} for every watched variable whose value differs (None: not set). A promoted value
+    the report masked (its name looks secret) is not compared with a set one, and a secret's values are never
+    returned, only ``MASK`` for one that is set."""
+    out: Dict[str, Dict[str, Optional[str]]] = {}
+    for k in watched_keys(promoted, live):
+        then, now = promoted.get(k), live.get(k)
+        if then == now or (is_masked(then) and now is not None):
+            continue
+        out[k] = ({"promoted": then and MASK, "live": now and MASK} if looks_secret(k) else {"promoted": then, "live": now})
+    return out
 
 
 def _shown(diff: Mapping[str, Mapping[str, Optional[str]]], limit: int = 6) -> str:
