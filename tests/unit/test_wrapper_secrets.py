@@ -178,3 +178,31 @@ def test_unit_overrides_diff_shows_a_candidates_secret_masked() -> None:
     shown = hide_in_diff(entry)
     assert shown["after"] == "LLAMA_ARG_SPEC_TYPE=ngram-mod\nHF_TOKEN=********\nLLAMA_API_KEY=********\n"
     assert shown["before_header"] == "override.env" and shown["before"] == ""
+
+
+def test_a_candidates_own_secret_is_masked_in_the_report_and_never_promoted() -> None:
+    """A candidate that sets a secret-looking variable itself: unit_override still gets the value (the rendering's
+    override), the report and partial.json (ab_report_configs) show it masked, and a promotion refuses it."""
+    import copy
+
+    import test_promote
+    from ansible.errors import AnsibleFilterError
+
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._render import RenderError, exec_promotion
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import promote_env
+
+    configs = [{"name": "baseline"}, {"name": "hub", "env": {"LLAMA_ARG_SPEC_TYPE": "ngram-mod", "HF_TOKEN": TOKEN}}]
+    rendered = _steps_ab.ab_render(configs, {"LLAMA_ARG_PORT": "8080"}, "baseline", "llamacpp", None)
+    assert rendered["hub"]["override"]["HF_TOKEN"] == TOKEN  # what unit_override writes into the unit's drop-in
+    reported = _steps_ab.ab_report_configs(configs, {}, rendered)
+    assert TOKEN not in json.dumps(reported) and reported[1]["server_config"]["HF_TOKEN"] == "********"
+    assert reported[1]["rendering"]["override"] == {"LLAMA_ARG_SPEC_TYPE": "ngram-mod", "HF_TOKEN": "********"}
+
+    report = copy.deepcopy(test_promote.REPORT)
+    report["configs"][1]["server_config"] = dict(reported[1]["server_config"])
+    with pytest.raises(AnsibleFilterError, match=r"'ngram-mod' of run 20261129T100000Z sets HF_TOKEN, whose value the "
+                       r"report hides \(a secret\): a promotion cannot write it"):
+        promote_env(test_promote.CURRENT, report, "ngram-mod")
+    wrapper_report = {"run_id": "r1", "configs": [{"name": "hub", "rendering": reported[1]["rendering"]}]}
+    with pytest.raises(RenderError, match="'hub' of run r1 sets HF_TOKEN, whose value the report hides"):
+        exec_promotion(wrapper_report, "hub", {"unit": UNIT, "kind": "wrapper", "form": "env"})

@@ -37,9 +37,10 @@ through its bind mounts: what the preflight reads on the host) and ``refused``: 
 silently ignore (``_unit_command.outranked``: in form ``env`` a variable whose flag is on production's command
 line; in both forms a config that sets one option as a variable and as a flag), each naming the flag.
 
-``env``, ``effective_env`` and ``host_env`` - what the lint, the report and the watch read - show a variable whose name
-looks secret (``_secrets.looks_secret``: ``HF_TOKEN``, ``LLAMA_API_KEY``) as ``_secrets.MASK``, never its value;
-``override`` and ``exec_start`` keep the candidate's own values, which ``unit_override`` writes.
+``env``, ``effective_env``, ``host_env``, ``server_config`` and ``env_file`` - what the lint, the report and the watch
+read - show a variable whose name looks secret (``_secrets.looks_secret``: ``HF_TOKEN``, ``LLAMA_API_KEY``) as
+``_secrets.MASK``, never its value; ``override`` and ``exec_start`` keep the candidate's own values, which
+``unit_override`` writes (the report's copy of ``override`` is masked too, and a promotion refuses a masked value).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
-from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import masked
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import is_masked, masked
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _execstart as es
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
@@ -263,11 +264,11 @@ def render_candidate(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] 
         "env": masked(process_env),
         "unset": sorted(key for key, value in override.items() if value is None),
         "argv": argv,
-        "env_file": render_lines({k: v for k, v in override.items() if v is not None}),
+        "env_file": render_lines({k: v for k, v in masked(override).items() if v is not None}),
         "form": "env",
         "exec_start": None,
         "exec_prefix": "",
-        "server_config": dict(override),
+        "server_config": masked(override),
         "effective_env": masked(process_env),
         "host_env": masked(process_env),
         "host_argv": list(argv),
@@ -320,11 +321,11 @@ def _render_exec(base_env: Mapping[str, Any] | None, env: Mapping[str, Any] | No
         "env": masked(process_env),
         "unset": sorted(key for key, value in kept.items() if value is None),
         "argv": list(applied["server_args"]),
-        "env_file": render_lines({k: v for k, v in kept.items() if v is not None}),
+        "env_file": render_lines({k: v for k, v in masked(kept).items() if v is not None}),
         "form": "exec",
         "exec_start": list(applied["argv"]),
         "exec_prefix": str(unit.get("exec_prefix") or ""),
-        "server_config": _settings(override, tokens, backend),
+        "server_config": masked(_settings(override, tokens, backend)),
         # a container's paths as the host sees them (its bind mounts): what the preflight reads on the host
         "effective_env": masked({k: uc.host_path(v, volumes) for k, v in
                                  _effective_env(process_env, applied["server_args"], backend).items()}),
@@ -382,6 +383,11 @@ def exec_promotion(report: Mapping[str, Any], winner: str, live: Mapping[str, An
     run = report.get("run_id")
     unit = str(live.get("unit") or "the unit")
     rendering = (configs.get(winner) or {}).get("rendering") or {}
+    hidden = sorted(k for k, v in (rendering.get("override") or {}).items() if is_masked(v))
+    if hidden:
+        raise RenderError(f"{winner!r} of run {run} sets {', '.join(hidden)}, whose value the report hides (a secret): "
+                          f"a promotion cannot write it. Set it in {unit}'s own environment (its env file or a drop-in), "
+                          "leave it out of the candidate, measure again and promote that run")
     if live.get("kind") == "wrapper":
         return _wrapper_promotion(report, winner, live, rendering, table, force, env_dir)
     if rendering.get("form") != "exec" or not rendering.get("exec_start"):

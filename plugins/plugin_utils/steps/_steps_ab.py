@@ -12,6 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._breakeven import parse_spec_counters
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import masked
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._render import render_candidate, render_configs, server_key
@@ -244,8 +245,10 @@ def ab_report_configs(configs: list[dict[str, Any]], chains: dict[str, list[str]
         rendering = (renderings or {}).get(config["name"])
         if rendering is None:
             rendering = ab_render([config], {})[config["name"]]
+        # what the report and partial.json keep: a secret-looking value masked, the candidate's own too
+        rendering = dict(rendering, override=masked(rendering.get("override")))
         item: dict[str, Any] = {"name": config["name"], "chain": list((chains or {}).get(config["name"]) or []),
-                                "server_config": dict(rendering.get("server_config", rendering["override"])),
+                                "server_config": masked(rendering.get("server_config", rendering["override"])),
                                 "rendering": rendering}
         if config.get("lossless") is not None:  # the config's own declaration (module_utils/bench/_quality.py)
             item["lossless"] = config["lossless"]

@@ -26,6 +26,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
+from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import is_masked
 from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _confirm
@@ -142,6 +143,12 @@ def promotion_record(report: dict[str, Any], winner: str, force: bool = False,
                                  "more rounds (spec_ab_max_rounds) or set specdec_promote_force=true to promote it "
                                  "anyway (the record will say forced)")
     env = configs[winner].get("server_config") or {}
+    hidden = sorted(k for k, v in env.items() if is_masked(v))
+    if hidden:
+        raise AnsibleFilterError(f"specdec_promote_config: {winner!r} of run {report.get('run_id')} sets "
+                                 f"{', '.join(hidden)}, whose value the report hides (a secret): a promotion cannot "
+                                 "write it. Set it in the unit's own env file yourself, leave it out of the candidate, "
+                                 "measure again and promote that run")
     values: dict[str, str] = {}
     unset: list[str] = []
     for key, value in env.items():
