@@ -40,6 +40,11 @@ description:
   - An activation that was interrupted (its record is still in C(/run)) is undone first by the next run; its
     dead-man stays armed until the units answered health on the previous build.
   - Units that are not active, or run a binary outside the build C(current) points at, are left alone.
+  - B(Flag table.) With O(flag_table), before any canary starts, the new build's C(llama-server --help) is read and
+    each unit's running command line and C(LLAMA_ARG_*) environment are checked against it: a flag or a
+    C(--spec-type) value it does not know (llama-server would exit 1), or a variable the running build read and it
+    no longer does (a setting silently dropped), refuses the build naming the rename when the lint's table knows it
+    (C(--spec-type mtp) to C(draft-mtp), an option's other names, removed flags' advice). Nothing changes.
 options:
   state_dir:
     description: The host's state directory that holds the units' locks (as for M(llmfleet.specdec.ab_lock)).
@@ -108,6 +113,11 @@ options:
       than twice O(health_timeout) plus 30 s (the new build's start, and the old one's after a failed switch).
     type: int
     default: 300
+  flag_table:
+    description: Check each unit's running command line and environment against the new build's C(--help) first.
+    type: bool
+    default: true
+    version_added: 0.3.0
   keep_what_runs:
     description:
       - For a switch forced past a change pending on disk (a unit's running process differs from what a restart
@@ -195,6 +205,11 @@ healthy:
   description: On failure after the switch, whether production answered on the previous build.
   returned: failure
   type: bool
+refused:
+  description: On a flag-table refusal, what the new build does not take.
+  returned: failure
+  type: list
+  elements: str
 journal:
   description: The failed unit's or canary's last journal lines.
   returned: failure
@@ -228,6 +243,7 @@ ARGUMENT_SPEC = dict(
     state_dir=dict(type="path", default="/var/lib/llmfleet-specdec"),
     lock_wait=dict(type="int", default=0),
     keep_what_runs=dict(type="bool", default=False),
+    flag_table=dict(type="bool", default=True),
 )
 
 

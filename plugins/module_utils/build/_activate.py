@@ -40,6 +40,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build_help
 from ansible_collections.llmfleet.specdec.plugins.module_utils.build._build_deadman import (
     render_rollback_script,
     timer_command,
@@ -383,6 +384,14 @@ class Activation:
             self.sd.call(["systemctl", "stop", cleanup + ".timer"])
             self.sd.call(["systemctl", "reset-failed", cleanup + ".timer", cleanup + ".service"])
 
+    def flag_table(self, name: str, binary: str, served: Sequence[Serving]) -> None:
+        """The new build's --help against each unit's command line and environment (``_build_help``)."""
+        for unit, why in _build_help.check(self.sd.call, binary, [(i.unit, i.process.exe, i.process.argv, i.process.env)
+                                                                  for i in served]):
+            raise ActivateError(f"build {name} refused at the canary: {unit} runs a config it does not take: "
+                                f"{'; '.join(why)}. Nothing was changed; change the promoted config first "
+                                "(playbooks/promote.yml) or stay on the running build", refused=why)
+
     # ---------------------------------------------------------- health of a restarted unit
 
     def wait_healthy(self, served: Sequence[Serving], timeout: int, since: float) -> Dict[str, Any]:
@@ -607,7 +616,9 @@ class Activation:
         if self.check_mode:
             return result
         health_timeout = int(params["health_timeout"])
-        # 1. the canary: production's model on the new build, beside production
+        # 1. the canary: production's model on the new build, beside production; first, its flag table
+        if params.get("flag_table"):
+            self.flag_table(name, binary, served)
         if params.get("canary", True):
             for item in served:
                 result["canary"].append(self.canary(

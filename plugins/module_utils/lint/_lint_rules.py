@@ -194,6 +194,20 @@ def _removed_fix(message: str) -> str:
         "use the --spec-draft-*/--spec-ngram-* flags"
 
 
+# The lint's rename table of --spec-type names: (old, new, the build that renamed it). The build sentinel
+# (build/_build_help) reads it to name the rename a new build's --help calls for.
+SPEC_TYPE_RENAMES = (("mtp", "draft-mtp", MTP_RENAME_BUILD),)
+
+
+def spec_type_rename(name: str, vocabulary: Any) -> str | None:
+    """The other name of a renamed --spec-type that ``vocabulary`` (a build's names) holds, in either direction."""
+    for old, new, _build in SPEC_TYPE_RENAMES:
+        for have, other in ((old, new), (new, old)):
+            if name == have and other in vocabulary:
+                return other
+    return None
+
+
 def _unknown_type(name: str, build: int | None, vocab: tuple[str, ...]) -> dict[str, str]:
     where = f"b{build}" if build is not None else f"the pinned tree ({SOURCE_TREE}, assumed b{PINNED['assumed_build']}+)"
     reason = (f"--spec-type {name!r} is not in {where}'s vocabulary ({', '.join(vocab)}): "
