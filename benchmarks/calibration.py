@@ -53,7 +53,7 @@ from typing import Any
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_ab as ab_filters
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design, _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _confirm, _design, _judge
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
 SIM_SHAPES = ("prose", "echo", "structured", "identity")
@@ -77,9 +77,12 @@ def start_offset(rng: random.Random, sd: float, kind: str = "normal", mode: tupl
 
 def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[str, float], *,
             max_rounds: int = _design.MAX_ROUNDS, sequential: bool = True, noise: dict[str, float] | None = None,
-            kind: str = "normal", mode: tuple[float, float] | None = None) -> dict[str, Any]:
+            kind: str = "normal", mode: tuple[float, float] | None = None,
+            win_margin: float = _confirm.WIN_MARGIN) -> dict[str, Any]:
     """One simulated run through the sequential design: the verdicts, the recommendation, the starts used.
-    ``noise``: a config's start SD as a multiple of ``sigma`` (unequal noise; 1 where not named)."""
+    ``noise``: a config's start SD as a multiple of ``sigma`` (unequal noise; 1 where not named). The
+    recommendation is what the role recommends and promote.yml promotes: the WIN with the largest estimate among
+    those whose lower bound clears 1 + ``win_margin`` (spec_ab_win_margin), as ``_confirm.practical`` decides."""
     rng = random.Random(seed)
     names = ["baseline", *effects]
     mu = {"baseline": 0.0, **{n: math.log(e) for n, e in effects.items()}}
@@ -95,10 +98,13 @@ def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[st
             cells[name][rnd] = math.log(_stats.mix_rate(rates, weights))
             starts += 1
         if sequential and rnd + 1 >= _design.FIRST_LOOK:
-            active = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds)["active"]
-    out = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds, looks=sequential)
+            active = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds,
+                                        win_margin=win_margin)["active"]
+    out = _design.sequential(cells, "baseline", list(effects), max_rounds=max_rounds, looks=sequential,
+                             win_margin=win_margin)
     wins = [n for n, v in out["verdicts"].items() if v["verdict"] == _design.WIN]
-    pick = max(wins, key=lambda n: out["verdicts"][n]["ratio"]) if wins else None
+    practical = [n for n in wins if _confirm.practical(out["verdicts"][n], win_margin)]
+    pick = max(practical, key=lambda n: out["verdicts"][n]["ratio"]) if practical else None
     return {"wins": wins, "pick": pick, "pick_ratio": out["verdicts"][pick]["ratio"] if pick else None,
             "starts": starts, "verdicts": {n: v["verdict"] for n, v in out["verdicts"].items()}}
 
@@ -111,31 +117,36 @@ SCENARIOS = {
 }
 
 
-def simulate(runs: int, sigmas: list[float], max_rounds: int) -> list[dict[str, Any]]:
+def simulate(runs: int, sigmas: list[float], max_rounds: int, only: list[str] | None = None,
+             sequential: bool = True) -> list[dict[str, Any]]:
     rows = []
     for scenario, effects in SCENARIOS.items():
+        if only and scenario not in only:
+            continue
         for sigma in sigmas:
             for mix_name, weights in (("equal", {s: 0.25 for s in SIM_SHAPES}), ("declared", DECLARED_MIX)):
                 if scenario in ("one 1.2x", "one 2x") and mix_name == "declared":
                     continue  # the true effect is the same on every shape: the mix changes nothing
-                false_win = false_rec = power = 0
+                false_win = false_rec = power = recommended = 0
                 starts = 0
                 picked_real: list[float] = []
                 t0 = time.monotonic()
                 for i in range(runs):
                     r = sim_run(effects, sigma, f"{scenario}:{sigma}:{mix_name}:{i}", weights,
-                                max_rounds=max_rounds)
+                                max_rounds=max_rounds, sequential=sequential)
                     nulls = [n for n in r["wins"] if effects[n] <= 1.0]
                     false_win += bool(nulls)
                     false_rec += r["pick"] is not None and effects[r["pick"]] <= 1.0
                     power += "real" in r["wins"]
+                    recommended += r["pick"] == "real"
                     starts += r["starts"]
                     if r["pick"] == "real":
                         picked_real.append(r["pick_ratio"])
                 rows.append({
-                    "scenario": scenario, "sigma": sigma, "mix": mix_name, "runs": runs,
+                    "scenario": scenario, "sigma": sigma, "mix": mix_name, "runs": runs, "sequential": sequential,
                     "candidates": len(effects), "false_win": false_win / runs, "false_recommendation": false_rec / runs,
-                    "power": power / runs if "real" in effects else None,
+                    "power_win": power / runs if "real" in effects else None,
+                    "power": recommended / runs if "real" in effects else None,
                     "reported_when_picked": (math.exp(sum(math.log(x) for x in picked_real) / len(picked_real))
                                              if picked_real else None),
                     "starts_per_run": starts / runs,
@@ -167,15 +178,16 @@ def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, A
     rows = []
     weights = {s: 0.25 for s in SIM_SHAPES}
     for scenario, spec in NOISE_SCENARIOS.items():
-        hits = 0
+        hits = recs = 0
         t0 = time.monotonic()
         for i in range(runs):
             r = sim_run(spec["effects"], sigma, f"noise:{scenario}:{i}", weights, max_rounds=max_rounds,
                         noise=spec.get("noise"), kind=spec.get("kind", "normal"), mode=spec.get("mode"))
             hits += bool(r["wins"])
+            recs += r["pick"] is not None
         low, high = _design.rate_interval(hits, runs)
         rows.append({"scenario": scenario, "sigma": sigma, "runs": runs, "false_win_runs": hits,
-                     "false_win": hits / runs, "low": low, "high": high,
+                     "false_win": hits / runs, "low": low, "high": high, "false_recommendation_runs": recs,
                      "seconds": round(time.monotonic() - t0, 1)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -184,24 +196,35 @@ def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, A
 def print_noise(rows: list[dict[str, Any]], max_rounds: int) -> None:
     print(f"\nUnequal noise and skewed starts, every candidate null (at most {max_rounds} rounds, alpha "
           f"{_design.ALPHA}): runs with any false WIN, with the 95 % Clopper-Pearson interval.\n")
-    print("| scenario | start SD | runs | family-wise false WIN | 95 % interval |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| scenario | start SD | runs | family-wise false WIN | 95 % interval | false recommendation |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        recs = r.get("false_recommendation_runs")
         print(f"| {r['scenario']} | {r['sigma']:g} | {r['runs']} | {r['false_win_runs']} "
-              f"({100 * r['false_win']:.1f} %) | [{100 * r['low']:.1f}, {100 * r['high']:.1f}] % |")
+              f"({100 * r['false_win']:.1f} %) | [{100 * r['low']:.1f}, {100 * r['high']:.1f}] % | "
+              + ("-" if recs is None else f"{recs} ({100 * recs / r['runs']:.1f} %)") + " |")
 
 
 def print_sim(rows: list[dict[str, Any]], max_rounds: int) -> None:
-    print(f"Simulation: the project's sequential design (at most {max_rounds} rounds, looks from round "
-          f"{_design.FIRST_LOOK}, alpha {_design.ALPHA}, futility against {_design.MIN_SPEEDUP}x), counted per run.\n")
+    if rows and rows[0].get("sequential") is False:
+        print(f"Simulation: the project's fixed design ({max_rounds} complete rounds, one look at alpha "
+              f"{_design.ALPHA}), counted per run.\n")
+    else:
+        print(f"Simulation: the project's sequential design (at most {max_rounds} rounds, looks from round "
+              f"{_design.FIRST_LOOK}, alpha {_design.ALPHA}, futility against {_design.MIN_SPEEDUP}x), counted per "
+              "run.\n")
+    print("Power is the share of runs in which the real one is **recommended** (a WIN whose lower bound clears "
+          f"1 + spec_ab_win_margin, {_confirm.WIN_MARGIN:g}: what promote.yml acts on); WIN is the share in which it "
+          "is called a WIN at all.\n")
     print("| scenario | candidates | sigma | endpoint weights | runs | family-wise false WIN | false recommendation | "
-          "power | reported x when the real one is picked | starts per run | fixed 3 rounds |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "power (recommended) | WIN | reported x when the real one is picked | starts per run | fixed 3 rounds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         power = "-" if r["power"] is None else f"{100 * r['power']:.1f} %"
+        win = "-" if r.get("power_win") is None else f"{100 * r['power_win']:.1f} %"
         rep = "-" if r["reported_when_picked"] is None else f"{r['reported_when_picked']:.3f}"
         print(f"| {r['scenario']} | {r['candidates']} | {r['sigma']:g} | {r['mix']} | {r['runs']} | "
-              f"{100 * r['false_win']:.1f} % | {100 * r['false_recommendation']:.1f} % | {power} | {rep} | "
+              f"{100 * r['false_win']:.1f} % | {100 * r['false_recommendation']:.1f} % | {power} | {win} | {rep} | "
               f"{r['starts_per_run']:.1f} | {r['starts_fixed_today']} |")
 
 
@@ -366,10 +389,15 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--sim-runs", type=int, default=2000, help="simulated runs per scenario, sigma and mix; 0 skips")
     ap.add_argument("--sigmas", default="0.02,0.05,0.10")
+    ap.add_argument("--scenarios", default="", help="only these simulation scenarios (comma-separated names, such as "
+                                                     "'null,one 1.2x'); all when empty")
     ap.add_argument("--noise-runs", type=int, default=1000,
                     help="simulated runs per unequal-noise / skewed-start scenario; 0 skips")
     ap.add_argument("--noise-sigma", type=float, default=0.05, help="the steady configs' start SD there")
     ap.add_argument("--max-rounds", type=int, default=_design.MAX_ROUNDS)
+    ap.add_argument("--fixed", action="store_true",
+                    help="simulate the fixed design (spec_ab_sequential: false): every candidate measured in all "
+                         "--max-rounds rounds, one look at the whole alpha")
     ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
     ap.add_argument("--eligible-runs", type=int, default=0,
                     help="real runs on the tiny bed with production speculative and 4 eligible null twins (a false "
@@ -414,7 +442,9 @@ def main(argv: list[str]) -> int:
 
     if args.sim_runs:
         sigmas = [float(s) for s in args.sigmas.split(",")]
-        saved["simulation"] = simulate(args.sim_runs, sigmas, args.max_rounds)
+        saved["simulation"] = simulate(args.sim_runs, sigmas, args.max_rounds,
+                                       [x.strip() for x in args.scenarios.split(",")] if args.scenarios else None,
+                                       sequential=not args.fixed)
         save()
         print_sim(saved["simulation"], args.max_rounds)
     if args.noise_runs:

@@ -95,29 +95,45 @@ def test_a_complete_block_design_is_the_paired_means_with_the_pooled_residual():
     assert fit.corr["a"]["b"] == pytest.approx(0.5)
 
 
-def test_unequal_noise_widens_the_comparison_to_what_the_pair_shows():
+def test_unequal_noise_widens_the_comparison_to_what_the_baseline_shows():
     # a baseline 3x noisier than its 8 steady candidates: the pooled SD is mostly the candidates' and too small
-    # for a comparison that carries the baseline's noise; the pair's own spreads give the wider, honest error
+    # for a comparison that carries the baseline's noise; the baseline's own spread beside the candidates' pooled
+    # one gives the wider, honest error
     rng = random.Random(7)
     y = {n: {r: rng.gauss(0, 0.15 if n == "baseline" else 0.05) + 0.1 * r for r in range(5)}
          for n in ["baseline", *(f"c{i}" for i in range(8))]}
     fit = ds.fit_blocks(y, "baseline")
     others = [fit.spread[f"c{i}"] for i in range(8)]
+    rest = math.sqrt(sum(x * x for x in others) / len(others))
     assert fit.spread["baseline"] > 1.5 * max(others)
     for i in range(8):
         name = f"c{i}"
-        # Welch-Satterthwaite's df from the pair's own spreads (4 each): between 4 and 8, far below the pooled 32
-        assert fit.se[name] > fit.pooled_se[name] and 4.0 <= fit.df_of[name] <= 8.0 < fit.df
-        assert fit.df_of[name] == ds.welch_df(fit.spread["baseline"] ** 2, fit.spread[name] ** 2, 4, 4, fit.df)
+        # Welch-Satterthwaite's df from the baseline's spread (4 df) and the candidates' pooled one (counted at
+        # most twice the baseline's df): between 4 and 12, far below the pooled 32
+        assert fit.se[name] > fit.pooled_se[name] and 4.0 <= fit.df_of[name] <= 12.0 < fit.df
+        assert fit.df_of[name] == ds.welch_df(fit.spread["baseline"] ** 2, rest ** 2, 4, 8, fit.df)
+        assert fit.se[name] == pytest.approx(math.sqrt(2.0 / 5 / 2.0 * (fit.spread["baseline"] ** 2 + rest ** 2)))
         row = ds.comparison(fit, name, 2.5)
         assert row["df_welch"] == fit.df_of[name] and row["c"] > 2.5  # the critical value at the pair's own df
-    # the pair's df stands even where its own error reads below the pooled one (no fall back to the pooled df:
+    # the df stand even where the baseline's own error reads below the pooled one (no fall back to the pooled df:
     # a baseline whose spread read low by chance carried most of the false WINs), at most the pooled df
     y = {n: {r: rng.gauss(0, 0.05) + 0.1 * r for r in range(5)} for n in ["baseline", "a", "b"]}
     y["baseline"] = {r: 0.1 * r for r in range(5)}  # a baseline without spread
     fit = ds.fit_blocks(y, "baseline")
     for n in ("a", "b"):
         assert fit.se[n] >= fit.pooled_se[n] and 4.0 <= fit.df_of[n] <= fit.df == 8
+
+
+def test_a_candidate_noisier_than_the_others_is_judged_on_its_own_spread():
+    rng = random.Random(11)
+    y = {n: {r: rng.gauss(0, 0.15 if n == "c0" else 0.05) + 0.1 * r for r in range(5)}
+         for n in ["baseline", *(f"c{i}" for i in range(8))]}
+    fit = ds.fit_blocks(y, "baseline")
+    a, own = fit.spread["baseline"], fit.spread["c0"]
+    # its error carries its own spread, at its own df (4): wider than a steady candidate's, at fewer df
+    assert fit.se["c0"] == pytest.approx(max(fit.pooled_se["c0"], math.sqrt(2.0 / 5 / 2.0 * (a * a + own * own))))
+    assert fit.se["c0"] > 1.5 * fit.se["c1"] and fit.df_of["c0"] < fit.df_of["c1"]
+    assert fit.df_of["c0"] == ds.welch_df(max(a, own) ** 2, own ** 2, 4, 4, fit.df)
 
 
 def test_a_config_dropped_early_still_gives_its_rounds_to_the_residual():
@@ -283,7 +299,9 @@ def test_a_baseline_three_times_noisier_than_8_candidates_keeps_the_family_wise_
     candidates the last look kept. Seeded. The assertion is on the rate's 95 % Clopper-Pearson upper end: under 5 %
     means these runs rule out a rate above alpha, not just that this sample fell under it. The old rule (the pair's
     own error only where it was the larger, else the pooled error at the pooled df) had 19 false-WIN runs here
-    (3.8 %, interval [2.3, 5.9] %: fails); the pair's error at Welch-Satterthwaite's df has 6 ([0.4, 2.6] %)."""
+    (3.8 %, interval [2.3, 5.9] %: fails); the pair's error at Welch-Satterthwaite's df had 6 ([0.4, 2.6] %); the
+    baseline's spread beside the candidates' pooled one has 9 ([0.8, 3.4] %), where Welch-Satterthwaite's df
+    unguarded (the baseline's part as read, the candidates' side at its full df) had 18 ([2.1, 5.6] %: fails)."""
     rng = random.Random(35)
     runs, false_wins = 500, 0
     names = ["baseline", *(f"c{i}" for i in range(8))]

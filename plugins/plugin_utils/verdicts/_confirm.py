@@ -232,7 +232,7 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
     table = cells(gathered, [baseline, *candidates], weights, design["endpoint"])
     result = _design.sequential(table, baseline, candidates, max_rounds=design["max_rounds"], alpha=design["alpha"],
                                 margin=design["margin"], min_speedup=design["min_speedup"], beta=design["beta"],
-                                looks=design["sequential"])
+                                looks=design["sequential"], win_margin=design["win_margin"])
     for name, row in result["verdicts"].items():
         row["status"] = configs[name]["status"]
         if design["smoke"]:  # measured and shown, never a verdict

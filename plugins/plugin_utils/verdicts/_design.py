@@ -50,13 +50,21 @@ POWER = 0.8
 BETA = 0.2
 _TIE = 1e-9  # rounding, not a speedup: a run without any noise gives a point interval
 _ZERO_NOISE = 1e-6  # a pooled SD (log scale) at or below this is rounding, not noise: no measured start is this steady
+# A candidate's own spread replaces the candidates' pooled one in its error where an F test says it is larger at
+# this level: a candidate 3x noisier than the others is then judged on its own noise.
+NOISY_CANDIDATE = 0.05
+# In a comparison's Welch-Satterthwaite df the candidates' side counts at most this many times the baseline's df.
+OTHER_DF = 2.0
 FIRST_LOOK = 2  # no look before two rounds: one round gives no variance between starts
 MAX_ROUNDS = 5
 
 METHOD = (
     "randomized complete block design on log rates (rounds are blocks, configs treatments, fitted by least "
     "squares over every measured cell; residual variance pooled across configs); each comparison's error the "
-    "larger of the pooled one and the pair's own (Shukla's per-config variances), at Welch-Satterthwaite's df; "
+    "larger of the pooled one and the one from the baseline's own spread beside the candidates' pooled spread "
+    "(Shukla's per-config variances; a candidate's own where an F test says it is the noisier), at "
+    "Welch-Satterthwaite's df (the baseline's part counted at least as large as the other's, the other's df at "
+    "most twice the baseline's); "
     "many-to-one comparisons against the baseline with Dunnett's one-sided critical value (multivariate t, "
     "equal correlation, computed by numerical integration) for every candidate of the run; sequential looks "
     "from round 2, alpha spent by an "
@@ -197,10 +205,11 @@ class Fit(NamedTuple):
     the comparisons (``corr[a][b]``), and how many rounds each config has in the fit.
 
     ``spread`` is each config's own residual SD (log scale). With three configs or more ``se`` is the larger of
-    the pooled standard error (``pooled_se``) and the one from the baseline's and the candidate's own spreads,
-    and ``df_of`` is always the pair's Welch-Satterthwaite degrees of freedom (:func:`welch_df`, from the two
-    spreads' own df), whichever error is larger: the comparison's critical value is taken at them. With two
-    configs the pair's error is the pooled one, at the pooled df."""
+    the pooled standard error (``pooled_se``) and the one from the baseline's own spread beside the candidates'
+    pooled spread (the candidate's own where an F test at NOISY_CANDIDATE says it is the noisier), and ``df_of``
+    is always those two's Welch-Satterthwaite degrees of freedom (:func:`welch_df`), whichever error is larger:
+    the comparison's critical value is taken at them. With two configs the pair's error is the pooled one, at
+    the pooled df."""
 
     estimate: dict[str, float]
     se: dict[str, float]
@@ -288,20 +297,45 @@ def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit |
     pooled = {n: (s * math.sqrt(v) if s is not None else math.nan) for n, v in var.items()}
     spread, share = _spread(cells, names, base, beta, col, bcol, df, count)
     se, df_of = dict(pooled), {n: float(df) for n in pooled}
+    # The variance model: the baseline's own spread (its Shukla estimate, blocks - 1 df), the candidates' spread
+    # pooled (their Shukla variances averaged, the residual df less the baseline's), and a candidate's own spread
+    # only where an F test at NOISY_CANDIDATE says it is beyond the candidates' pooled one.
+    others = [spread[n] for n in names[1:] if spread[n] is not None]
+    rest = math.sqrt(sum(x * x for x in others) / len(others)) if others else None
+    rest_df = max(float(share[baseline]), float(df) - share[baseline])
     for n in pooled:
-        a, b = spread[baseline], spread[n]
+        a, own = spread[baseline], spread[n]
         # each config's own variance is identifiable only with three configs or more (Shukla): with two, a round's
         # two residuals are each other's negatives, the pair's error is the pooled one, and a rounding difference
         # must not swap the pooled df for one degree of freedom
-        if s is None or a is None or b is None or len(names) < 3:
+        if s is None or a is None or own is None or rest is None or len(names) < 3:
             continue
-        # Each pair's own variances stand beside the pooled one whatever the spreads look like: a choice between
-        # the two by which is larger let a baseline whose spread read low by chance fall back to the pooled
-        # error and the pooled df, and 6 % of 8-candidate runs with a baseline 3x noisier had a false WIN.
-        # The error is the larger of the two; its df Welch-Satterthwaite's from the pair's own spreads.
-        se[n] = max(pooled[n], math.sqrt(var[n] / 2.0 * (a * a + b * b)))
-        df_of[n] = welch_df(a * a, b * b, share[baseline], share[n], float(df))
+        # A baseline noisier than the rest is shared by every comparison: the pooled error, mostly the steady
+        # candidates', is too small for all of them at once (8.4 % and 11.6 % false WIN at a 3x noisier baseline
+        # with 4 and 8 candidates). So the error is the larger of the pooled one and the one from the baseline's
+        # own spread beside the candidates' pooled spread, at Welch-Satterthwaite's df of those two: the
+        # candidates' pooled spread has many df, so with equal noise the df stay near the pooled ones, where the
+        # pair's own spreads (blocks - 1 df each) cost a true 1.2x its recommendation in a fifth of the runs.
+        other, other_df = rest, rest_df
+        if own > rest and (rest <= 0 or _f_upper(own * own / (rest * rest), share[n], rest_df) < NOISY_CANDIDATE):
+            other, other_df = own, share[n]  # this candidate is the noisy one: its own spread, at its own df
+        se[n] = max(pooled[n], math.sqrt(var[n] / 2.0 * (a * a + other * other)))
+        # Welch-Satterthwaite trusts a baseline spread that read low by chance (1 to 4 df) and hands the pooled
+        # candidates' df to an error that is then too small for every comparison at once: the baseline's part
+        # counts at least as much as the other's, and the other side at most OTHER_DF times the baseline's df.
+        guard = max(a, other)
+        df_of[n] = welch_df(guard * guard, other * other, share[baseline], min(other_df, OTHER_DF * share[baseline]),
+                            float(df))
     return Fit(estimate, se, corr, s, df, rounds, len(blocks), spread, pooled, df_of)
+
+
+def _f_upper(x: float, d1: float, d2: float) -> float:
+    """P(F > x) for an F distribution with (d1, d2) degrees of freedom."""
+    if not x > 0:
+        return 1.0
+    if not math.isfinite(x):
+        return 0.0
+    return _stats._betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
 
 
 def welch_df(var_a: float, var_b: float, df_a: float, df_b: float, pooled_df: float) -> float:
