@@ -41,7 +41,7 @@ description:
     dead-man stays armed until the units answered health on the previous build.
   - Units that are not active, or run a binary outside the build C(current) points at, are left alone.
   - B(Flag table.) With O(flag_table), before any canary starts, the new build's C(llama-server --help) is read and
-    each unit's running command line and C(LLAMA_ARG_*) environment are checked against it: a flag or a
+    each unit's running command line and C(LLAMA_ARG_*) environment are checked against it. A flag or a
     C(--spec-type) value it does not know (llama-server would exit 1), or a variable the running build read and it
     no longer does (a setting silently dropped), refuses the build naming the rename when the lint's table knows it
     (C(--spec-type mtp) to C(draft-mtp), an option's other names, removed flags' advice). Nothing changes.
