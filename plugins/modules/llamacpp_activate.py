@@ -45,6 +45,17 @@ description:
     C(--spec-type) value it does not know (llama-server would exit 1), or a variable the running build read and it
     no longer does (a setting silently dropped), refuses the build naming the rename when the lint's table knows it
     (C(--spec-type mtp) to C(draft-mtp), an option's other names, removed flags' advice). Nothing changes.
+  - B(Speculation sentinel.) With O(sentinel), a unit with a promotion recorded in O(state_dir)
+    (C(promoted/<unit>.json)) has its canary judged while it serves (C(--metrics --parallel 1) appended, a context
+    that holds the largest prompt). O(sentinel_prompts) prompts of each shape the promoted run measured (its sizes and
+    budgets; a declared shape from O(sentinel_traffic)) go to production and to the canary, and the canary must be
+    lossless against production's texts, engaged, no lower in acceptance (accepted / drafted, per reply) than
+    production by more than O(sentinel_margin), in mean accepted length (its own C(/metrics)) by more than
+    O(sentinel_mean_len_margin), and in decode rate by more than O(sentinel_speed_margin) (not judged when
+    O(canary_args) hold C(--n-gpu-layers 0)). A regression fails the task before C(current) moves, naming the build,
+    the config and both numbers, unless O(accept_slower); every verdict goes into the build record (O(facts_file),
+    key C(sentinel)). Evidence of another model, a production that no longer runs the promoted config, or a declared
+    traffic file not given, refuse the build in one line. See C(docs/builds.md).
 options:
   state_dir:
     description: The host's state directory that holds the units' locks (as for M(llmfleet.specdec.ab_lock)).
@@ -117,6 +128,53 @@ options:
     description: Check each unit's running command line and environment against the new build's C(--help) first.
     type: bool
     default: true
+    version_added: 0.3.0
+  sentinel:
+    description: Judge the canary of a unit with a promoted config on that config's speculation (see above).
+    type: bool
+    default: true
+    version_added: 0.3.0
+  sentinel_margin:
+    description: Acceptance (accepted / drafted tokens, 0-1) the canary may lose to production on the same prompts.
+    type: float
+    default: 0.05
+    version_added: 0.3.0
+  sentinel_mean_len_margin:
+    description: Mean accepted length (tokens) the canary may lose to production, where both counters are clean.
+    type: float
+    default: 0.25
+    version_added: 0.3.0
+  sentinel_speed_margin:
+    description: Fraction of production's decode rate (median over prompts) the canary may lose; C(0) does not judge
+      speed. Not judged where O(canary_args) put the canary on other hardware (C(--n-gpu-layers 0)).
+    type: float
+    default: 0.2
+    version_added: 0.3.0
+  sentinel_prompts:
+    description: Prompts per shape of the promoted run's traffic.
+    type: int
+    default: 4
+    version_added: 0.3.0
+  sentinel_timeout:
+    description: Seconds the sentinel may take per unit (each request's timeout, and added to the canary's lifetime
+      and the units' lock).
+    type: int
+    default: 600
+    version_added: 0.3.0
+  sentinel_traffic:
+    description:
+      - The operator's declared traffic the promoted run was measured on, as M(llmfleet.specdec.spec_bench)'s
+        C(traffic) takes it (C(name), C(content), C(n_predict)); role C(llamacpp_build) passes
+        C(llamacpp_build_sentinel_traffic) read on the controller. Kept out of logs.
+    type: list
+    elements: dict
+    default: []
+    version_added: 0.3.0
+  accept_slower:
+    description: Go ahead past a sentinel regression; the verdict is recorded in the build record with
+      C(accepted_slower=true).
+    type: bool
+    default: false
     version_added: 0.3.0
   keep_what_runs:
     description:
@@ -205,6 +263,12 @@ healthy:
   description: On failure after the switch, whether production answered on the previous build.
   returned: failure
   type: bool
+sentinel:
+  description: Each judged canary's verdict (unit, build, config, both sides' acceptance, mean accepted length and
+    per position, the difference and its interval, speed ratio, regressions, whether it was accepted slower); on
+    failure, the refused one.
+  returned: when a canary was judged
+  type: raw
 refused:
   description: On a flag-table refusal, what the new build does not take.
   returned: failure
@@ -221,6 +285,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._sentinel import Sentinel
 from ansible_collections.llmfleet.specdec.plugins.module_utils.build._activate import ActivateError, run_activation
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import rollback_interpreter
@@ -244,14 +309,35 @@ ARGUMENT_SPEC = dict(
     lock_wait=dict(type="int", default=0),
     keep_what_runs=dict(type="bool", default=False),
     flag_table=dict(type="bool", default=True),
+    sentinel=dict(type="bool", default=True),
+    sentinel_margin=dict(type="float", default=0.05),
+    sentinel_mean_len_margin=dict(type="float", default=0.25),
+    sentinel_speed_margin=dict(type="float", default=0.2),
+    sentinel_prompts=dict(type="int", default=4),
+    sentinel_timeout=dict(type="int", default=600),
+    sentinel_traffic=dict(type="list", elements="dict", default=[], no_log=True),
+    accept_slower=dict(type="bool", default=False),
 )
+
+
+def sentinel_of(params: dict) -> Sentinel | None:
+    """The speculation sentinel the activation calls (bench: the build package never measures)."""
+    if not params.get("sentinel") or not params.get("canary", True):
+        return None
+    return Sentinel(state_dir=params["state_dir"], margin=params["sentinel_margin"],
+                    mean_len_margin=params["sentinel_mean_len_margin"], speed_margin=params["sentinel_speed_margin"],
+                    prompts=params["sentinel_prompts"], traffic=params["sentinel_traffic"],
+                    accept_slower=params["accept_slower"], timeout=params["sentinel_timeout"],
+                    canary_args=params["canary_args"] or [])
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         python = sys.executable if module.check_mode else rollback_interpreter(sys.executable)
-        result = run_activation(module.params, run=module.run_command, check_mode=module.check_mode, python=python)
+        sentinel = None if module.check_mode else sentinel_of(module.params)
+        result = run_activation(module.params, run=module.run_command, check_mode=module.check_mode, python=python,
+                                sentinel=sentinel)
     except ActivateError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except SpecdecError as exc:

@@ -66,6 +66,9 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd 
 )
 
 HttpGet = Callable[[str, float], Tuple[int, str]]
+# bench._sentinel.Sentinel, injected by the module (build never measures): plan(unit) -> None or {"args", "ctx_size",
+# "seconds"}, judge(plan, canary port) -> its verdict, or a SpecdecError that stops the rollout.
+Sentinel = Any
 # What systemd puts into a service's environment for that service alone: a canary must not inherit it.
 _SERVICE_ONLY_ENV = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "INVOCATION_ID", "JOURNAL_STREAM",
                      "SYSTEMD_EXEC_PID", "MAINPID", "MANAGERPID", "WATCHDOG_PID", "WATCHDOG_USEC", "RUNTIME_DIRECTORY",
@@ -286,7 +289,8 @@ class Activation:
     def __init__(self, *, run: Runner, check_mode: bool = False, run_dir: str = "/run",
                  processes: Processes | None = None, python: str = "/usr/bin/python3", http: HttpGet = http_get,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, port: Callable[[], int] = free_port) -> None:
+                 sleep: Callable[[float], None] = time.sleep, port: Callable[[], int] = free_port,
+                 sentinel: Sentinel = None) -> None:
         self.sd = Systemctl(run)
         self.check_mode = check_mode
         self.run_dir = run_dir
@@ -297,6 +301,7 @@ class Activation:
         self.wall = wall
         self.sleep = sleep
         self.port = port
+        self.sentinel = sentinel
 
     # ---------------------------------------------------------- what serves now
 
@@ -327,7 +332,8 @@ class Activation:
     # ---------------------------------------------------------- the canary
 
     def canary(self, unit_name: str, binary: str, argv: Sequence[str], env: Mapping[str, str], ids: Tuple[int, int, List[int]],
-               cwd: str, ctx_size: int, extra: Sequence[str], timeout: int) -> Dict[str, Any]:
+               cwd: str, ctx_size: int, extra: Sequence[str], timeout: int,
+               judge: Callable[[int], Dict[str, Any]] | None = None, judge_s: int = 0) -> Dict[str, Any]:
         name = canary_unit(unit_name)
         port = self.port()
         spec_dir = os.path.join(self.run_dir, STATE_DIR_NAME, "canary")
@@ -351,7 +357,7 @@ class Activation:
         self.sd.call(["systemctl", "reset-failed", name + ".service"])
         rc, out, err = self.sd.call(["systemd-run", f"--unit={name}", "--collect", "--quiet",
                                      f"--description=llmfleet.specdec canary of {binary} for {unit_name}",
-                                     "--property=Type=exec", f"--property=RuntimeMaxSec={int(timeout) + 30}",
+                                     "--property=Type=exec", f"--property=RuntimeMaxSec={int(timeout) + 30 + judge_s}",
                                      "--property=KillMode=control-group",
                                      self.python, "-c", CANARY_LOADER, spec_path])
         started = self.clock()
@@ -371,8 +377,11 @@ class Activation:
                 if info["ActiveState"] == "active" and pid:
                     status, body = self.http(url, 2.0)
                     if status == 200 and self.procs.serves(port, pid, info.get("ControlGroup", "")):
-                        return {"unit": unit_name, "canary": name, "port": port, "pid": pid, "argv": full_argv,
-                                "seconds": round(self.clock() - started, 2)}
+                        answer = {"unit": unit_name, "canary": name, "port": port, "pid": pid, "argv": full_argv,
+                                  "seconds": round(self.clock() - started, 2)}
+                        if judge is not None:  # the sentinel, while the canary still serves
+                            answer["sentinel"] = judge(port)
+                        return answer
                     last = f"{url} answered {status or 'nothing'}: {body.strip()[:120]}"
                 if self.clock() >= deadline:
                     raise ActivateError(f"the canary of {binary} for {unit_name} was not healthy within {timeout} s: {last}",
@@ -391,6 +400,29 @@ class Activation:
             raise ActivateError(f"build {name} refused at the canary: {unit} runs a config it does not take: "
                                 f"{'; '.join(why)}. Nothing was changed; change the promoted config first "
                                 "(playbooks/promote.yml) or stay on the running build", refused=why)
+
+    def judged_canary(self, params: Mapping[str, Any], name: str, binary: str, item: Serving,
+                      result: Dict[str, Any]) -> Dict[str, Any]:
+        """One unit's canary; with the sentinel, it serves the promoted config and is judged before it stops."""
+        try:
+            plan = self.sentinel.plan({"unit": item.unit, "argv": item.process.argv, "env": item.process.env,
+                                       "port": item.ports[0], "build": name}) if self.sentinel is not None else None
+            if plan is None and self.sentinel is not None:
+                result["notes"].append(f"{item.unit}: speculation not judged ({self.sentinel.skipped(item.unit)})")
+            judge = (lambda port: self.sentinel.judge(plan, port)) if plan else None
+            answer = self.canary(item.unit, binary, item.process.argv, item.process.env,
+                                 (item.process.uid, item.process.gid, item.process.groups), item.process.cwd,
+                                 max(int(params["canary_ctx_size"]), int((plan or {}).get("ctx_size") or 0)),
+                                 [*(params.get("canary_args") or []), *((plan or {}).get("args") or [])],
+                                 int(params["canary_timeout"]), judge, int((plan or {}).get("seconds") or 0))
+        except ActivateError:
+            raise
+        except SpecdecError as exc:
+            raise ActivateError(f"build {name} refused at the canary: {exc}. Nothing was changed: 'current' still "
+                                f"points at {result.get('previous')}", sentinel=getattr(exc, "verdict", None)) from None
+        if answer.get("sentinel"):
+            result.setdefault("sentinel", []).append(answer["sentinel"])
+        return answer
 
     # ---------------------------------------------------------- health of a restarted unit
 
@@ -544,7 +576,8 @@ class Activation:
         """The host-wide guard of every unit before anything changes (``_host_state.hold``), its expiry covering the
         canaries, the dead-man's wait and its restart; renewed (``renew``) just before the dead-man is armed."""
         tail = int(params["rollback_after"]) + 2 * int(params["health_timeout"]) + 60
-        canaries = 0 if renew or not params.get("canary", True) else int(params["canary_timeout"]) * max(1, len(units))
+        each = int(params["canary_timeout"]) + int(params.get("sentinel_timeout") or 0)  # the sentinel judges in it
+        canaries = 0 if renew or not params.get("canary", True) else each * max(1, len(units))
         try:
             return _host_state.hold(units, self.guard(params, paths, canaries + tail), run=self.sd.call, now=self.wall,
                                     sleep=self.sleep, run_dir=self.run_dir, renew=renew)
@@ -616,21 +649,20 @@ class Activation:
         if self.check_mode:
             return result
         health_timeout = int(params["health_timeout"])
-        # 1. the canary: production's model on the new build, beside production; first, its flag table
+        # 1. the canary: production's model on the new build, beside production; its flag table, its speculation
         if params.get("flag_table"):
             self.flag_table(name, binary, served)
         if params.get("canary", True):
             for item in served:
-                result["canary"].append(self.canary(
-                    item.unit, binary, item.process.argv, item.process.env,
-                    (item.process.uid, item.process.gid, item.process.groups), item.process.cwd,
-                    int(params["canary_ctx_size"]), params.get("canary_args") or [], int(params["canary_timeout"])))
+                result["canary"].append(self.judged_canary(params, name, binary, item, result))
             if not served and params.get("canary_model"):
                 result["canary"].append(self.canary(
                     "first-build.service", binary, [binary, "--model", params["canary_model"]], {}, (0, 0, []), "/",
                     int(params["canary_ctx_size"]), params.get("canary_args") or [], int(params["canary_timeout"])))
         facts_file = params.get("facts_file")
-        facts_text = json.dumps(params["facts"], indent=4, sort_keys=True) + "\n" if params.get("facts") is not None else None
+        facts = dict(params["facts"], sentinel=result["sentinel"]) if result.get("sentinel") and params.get("facts") \
+            is not None else params.get("facts")
+        facts_text = json.dumps(facts, indent=4, sort_keys=True) + "\n" if facts is not None else None
         facts_before = read_text(facts_file) if facts_file else None
         if not served:
             point_link(paths.current, name)
@@ -691,7 +723,8 @@ class Activation:
             rolled_back=True, healthy=True, journal=failed_journal)
 
 
-def run_activation(params: Mapping[str, Any], *, run: Runner, check_mode: bool, python: str) -> Dict[str, Any]:
+def run_activation(params: Mapping[str, Any], *, run: Runner, check_mode: bool, python: str,
+                   sentinel: Sentinel = None) -> Dict[str, Any]:
     """Validates everything first (nothing changes for bad input), then activates."""
     name = params["name"]
     if not _NAME_RE.match(name or "") or name in (".", ".."):
@@ -714,4 +747,4 @@ def run_activation(params: Mapping[str, Any], *, run: Runner, check_mode: bool, 
     if os.geteuid() != 0 and not check_mode:
         raise SpecdecError("llamacpp_activate moves a link under the build root and drives systemd: run it as root "
                            "(become: true)")
-    return Activation(run=run, check_mode=check_mode, python=python).activate(params)
+    return Activation(run=run, check_mode=check_mode, python=python, sentinel=sentinel).activate(params)
