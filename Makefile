@@ -167,6 +167,13 @@ $(COLL):
 llama-server: venv
 	PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh
 
+# The regressed upgrade of the build sentinel's test (tests/integration/test_build_sentinel_server.py): the pinned tree
+# with its verifier capped at two drafted tokens per round (tests/testbed/build_llama_server_regressed.sh), cached
+# beside llama-server; about 1.5 minutes on two cores once llama-server filled ccache, nothing the second time.
+.PHONY: llama-server-regressed
+llama-server-regressed: llama-server
+	PIP="$(PY) -m pip" tests/testbed/build_llama_server_regressed.sh
+
 models: venv
 	PYTHONPATH=tests $(PY) -m testbed.models $(CACHE)/demo-models
 
