@@ -178,6 +178,13 @@ live:
   description: The unit's main process, its model paths and the window's two counter reads and their difference.
   returned: when the unit runs
   type: dict
+build_era:
+  description:
+    - The unit's build era - C(measured_on) (the build its evidence was measured on), C(runs) (the build it runs now),
+      C(same_build), C(sentinel) (when the build record holds the build sentinel's verdict for this unit, the upgrade
+      was judged - its build, config, both acceptances, regressions and C(accepted_slower)) and C(line) in words.
+  returned: when the evidence recorded what it was measured on
+  type: dict
 now:
   description: The host's build record, binary and model fingerprints now (the schema C(spec_snapshot) returns).
   returned: when there is a promotion

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
 
@@ -41,6 +41,8 @@ def watch_failing(findings: Any, fail_on: str = "drift", ignore: Any = None) -> 
 
 def watch_lines(result: Any) -> list[str]:
     lines = [str(result.get("summary"))]
+    if isinstance(result.get("build_era"), Mapping) and result["build_era"].get("line"):
+        lines.append(f"build era - {result['build_era']['line']}")
     for f in result.get("findings") or []:
         lines.append(f"[{f.get('severity')}] {f.get('kind')}: {f.get('message')} -> {f.get('action')}")
     return lines
