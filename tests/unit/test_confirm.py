@@ -237,3 +237,30 @@ def test_a_smoke_run_measures_and_reports_without_any_verdict():
     run["design"] = {"max_rounds": 3, "smoke": "maybe"}
     with pytest.raises(st.ReportInputError, match=r"run.design.smoke: .*spec_ab_smoke"):
         jd.judge(run, n_boot=100)
+
+
+def test_a_run_whose_baseline_start_failed_recommends_nothing_in_every_section():
+    """Issue 49, item 6: one baseline start failed (round 3 of 4), the drafter still wins on the three others; the
+    confirmatory section, the recommendation section, the summary lines, report.json's history and the fleet report
+    all say the same: no recommendation from partial baseline data."""
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _fleet
+
+    start = {0: 1.0, 1: 1.03, 2: 0.98, 3: 1.01}
+    run = make_run({"baseline": {"fail_rounds": {2}, "start": {0: 1.0, 1: 0.99, 2: 1.0, 3: 1.02}},
+                    "d": dict(DRAFTER, speedup=1.8, start=start)}, rounds=4, mix={"prose": 1.0})
+    run["design"] = {"max_rounds": 4, "sequential": True}
+    judged = jd.judge(run, n_boot=100)
+    conf = judged["confirmatory"]
+    assert conf["verdicts"]["d"]["verdict"] == "WIN" and conf["verdicts"]["d"]["practical"] is True
+    assert conf["recommendation"] is None and "partial baseline data" in conf["recommendation_why"]
+    assert judged["recommendation"]["config"] is None
+    assert judged["recommendation"]["reason"] == conf["recommendation_why"]
+    doc = rp.build_document(run, judged, {})
+    assert doc["confirmatory"]["recommendation"] is None
+    md = rp.markdown(doc)
+    assert "**Recommendation: d**" not in md and "Recommended: d" not in md
+    assert md.count("no recommendation from partial baseline data") >= 2  # the confirmatory and recommendation sections
+    assert "recommendation: none (the baseline" in "\n".join(rp.summary_lines(doc))
+    assert rp.history_record(doc)["recommendation"] is None
+    assert rp.history_record(doc)["confirmatory"]["recommendation"] is None
+    assert _fleet.host_summary(doc["host"], doc)["recommendation"] is None

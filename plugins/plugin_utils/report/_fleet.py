@@ -118,8 +118,10 @@ def host_summary(host: str, report: Mapping[str, Any]) -> dict[str, Any]:
         "shapes": shapes,
         "picks": picks,
         # the confirmatory recommendation (null: keep the baseline); an older report's only from a declared mix
-        "recommendation": ((conf.get("recommendation") or baseline) if isinstance(conf, Mapping)
-                           else rec.get("config") if rec.get("mix") else None),
+        # a run whose baseline start failed recommends nothing (not even keeping the baseline): null, as its
+        # report's recommendation section says
+        "recommendation": ((conf.get("recommendation") or (None if conf.get("recommendation_why") else baseline))
+                           if isinstance(conf, Mapping) else rec.get("config") if rec.get("mix") else None),
         "configs": configs,
     }
 

@@ -100,7 +100,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "alpha": conf.get("alpha"),
         "verdicts": {n: {**{k: v.get(k) for k in keys}, **{k: v[k] for k in extra if k in v}}
                      for n, v in (conf.get("verdicts") or {}).items()},
-        "recommendation": conf.get("recommendation"),
+        "recommendation": conf.get("recommendation"), "recommendation_why": conf.get("recommendation_why"),
         "weights_from": conf.get("weights_from"), "margin": conf.get("margin"), "win_margin": conf.get("win_margin"),
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
         "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
@@ -353,6 +353,7 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
         out += ["", f"**Warning**: {conf['spread_warning']}."]
     pick = conf.get("recommendation")
     out += ["", f"**Recommendation: {pick}**" if pick else
+            f"**No recommendation**: {conf['recommendation_why']}." if conf.get("recommendation_why") else
             "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
             "endpoint)."]
     r = conf.get("restarts") or {}

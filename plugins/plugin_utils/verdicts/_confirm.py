@@ -250,7 +250,10 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                rounds_measured=result["rounds_measured"])
     eligible = [n for n, r in out["verdicts"].items() if r["practical"] and configs[n]["status"] == "OK"
                 and (configs[n].get("judging") or {}).get("judging") != _quality.LOSSY]
-    if eligible:
+    partial = partial_baseline(judged)
+    if partial:  # one recommendation per run: the recommendation section, the fleet and promote.yml read this one
+        out["recommendation_why"] = partial
+    elif eligible:
         out["recommendation"] = max(eligible, key=lambda n: out["verdicts"][n]["ratio"])
     out["restarts"] = restarts(judged, table, baseline, candidates, design)
     out.update(noise_by_config(table, baseline))
@@ -324,6 +327,17 @@ def restarts(judged: Mapping[str, Any], table: Mapping[str, Mapping[int, float]]
     return out
 
 
+def partial_baseline(judged: Mapping[str, Any]) -> str | None:
+    """Why the run's baseline cannot carry a recommendation (a failed or incomplete start), or None."""
+    baseline = judged["baseline"]
+    base = judged["configs"][baseline]
+    if base["status"] != "BASELINE" or base["problems"]:
+        return (f"the baseline {baseline!r} is {base['status']}"
+                + (f" with problems ({'; '.join(base['problems'])})" if base["problems"] else "")
+                + ": no recommendation from partial baseline data")
+    return None
+
+
 def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
     """The recommendation section: the confirmatory endpoint's best WIN among eligible configs, else keep the
     baseline; the configs that could not be candidates are listed with why."""
@@ -336,11 +350,9 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
     if conf.get("why"):
         out["reason"] = f"{conf['why']}: no recommendation"
         return out
-    base = judged["configs"][baseline]
-    if base["status"] != "BASELINE" or base["problems"]:
-        out["reason"] = (f"the baseline {baseline!r} is {base['status']}"
-                         + (f" with problems ({'; '.join(base['problems'])})" if base["problems"] else "")
-                         + ": no recommendation from partial baseline data")
+    partial = partial_baseline(judged)
+    if partial:
+        out["reason"] = partial
         return out
     for name, c in judged["configs"].items():
         row = conf["verdicts"].get(name)
