@@ -29,6 +29,9 @@ description:
     the reason; the A/B measures them.
   - Per candidate and K, the predicted decode tokens/s with a 95 % interval (the requests resampled with the measured
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
+  - Per candidate and K, an optimistic bound from what load cannot inflate (the replay's counts and the fastest
+    repeat of production's step, of each verification batch and of the drafter's step); role spec_ab screens a
+    candidate out only when that bound is below its planned speedup.
   - The prediction counts the verification and the drafter's steps. A verification is timed as a batch of K + 1
     tokens on a cached prefix on production, and, where a copy of the target fits beside production
     (O(verify_copy)), corrected by what a real speculative round costs. A copy of the target with production's own
@@ -169,7 +172,9 @@ screen:
           C(best_k), C(drafter_copy) (a draft model timed on the copy of the target - C(per_round_ms),
           C(per_token_ms), C(requests), or C(why) it was not), and C(k) keyed by K, each with
           C(mean_accepted_len), C(accept_per_pos), C(acceptance), C(rounds), C(predicted_tok_s), C(low), C(high),
-          C(predicted_speedup) and C(breakeven_p).
+          C(predicted_speedup), C(breakeven_p), C(bound_tok_s) and C(bound_speedup) (the optimistic bound - the
+          replay's counts timed at the fastest repeat of every timing, over production at its fastest step; the
+          only number a screen-out may rest on).
       type: dict
     restarts:
       description: Production restarts the screen cost (always V(0)).

@@ -27,7 +27,8 @@ def test_only_candidates_that_can_win_get_restarts_and_a_sweep_keeps_its_best_de
     out = ss.screen_select(screen, CONFIGS, "baseline", 1.2, 3)
     assert out["keep"] == ["baseline", "d@n=4", "d@n=8", "mtp"]  # d@n=8 overlaps the best; mtp cannot be replayed
     assert [r["name"] for r in out["screened_out"]] == ["d@n=2", "slow"]
-    assert "no overlap" in out["screened_out"][0]["why"] and "below spec_ab_min_speedup" in out["screened_out"][1]["why"]
+    assert "sweep is confirmed at its best depth" in out["screened_out"][0]["why"]
+    assert "below spec_ab_min_speedup" in out["screened_out"][1]["why"]
     assert out["unscreened"] == [{"name": "mtp", "why": "hidden states"}] and out["restarts_saved"] == 6
 
 
@@ -124,3 +125,25 @@ def test_an_ngram_candidate_whose_step_is_zero_still_gets_its_break_even() -> No
     # production's own step missing or zero: not computed, never an error that stops the run
     decision["screen"]["production"]["t_s_ms"] = 0.0
     assert "not computed" in ss.first_lines(results, decision, 3)[2]
+
+
+def _bounded(tok_s: float, low: float, high: float, bound: float, k: int = 4) -> dict:
+    row = _row(tok_s, low, high, k)
+    row["k"][str(k)].update(bound_tok_s=bound * 20.0, bound_speedup=bound)
+    return row
+
+
+def test_only_the_bound_at_the_fastest_timings_screens_out() -> None:
+    configs = [{"name": "baseline", "env": {}}, {"name": "busy", "env": {}}, {"name": "low-but-bound", "env": {}},
+               {"name": "hopeless", "env": {}}]
+    screen = {"production": {"tok_s": 20.0}, "restarts": 0, "candidates": {
+        # the win bed on a busy host: predicted 0.15x, upper end 0.65x, its bound at the fastest timings 1.6x
+        "busy": _bounded(3.0, 2.0, 13.0, 1.6),
+        # a prediction below the planned speedup whose bound at the fastest timings still reaches it
+        "low-but-bound": _bounded(18.0, 16.0, 21.0, 1.3),
+        "hopeless": _bounded(10.0, 9.0, 11.0, 0.9)}}
+    out = ss.screen_select(screen, configs, "baseline", 1.2, 3)
+    assert out["keep"] == ["baseline", "busy", "low-but-bound"]
+    assert [r["name"] for r in out["screened_out"]] == ["hopeless"]
+    assert "0.90x" in out["screened_out"][0]["why"] and "fastest of every repeated timing" in out["screened_out"][0]["why"]
+    assert out["restarts_saved"] == 3

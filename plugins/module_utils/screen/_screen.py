@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, EndpointError, measure_batches
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _ngram
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._bound import fastest_floor, optimistic
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import (  # noqa: F401 (the screen's names)
     ScreenError,
     SideServer,
@@ -392,11 +393,18 @@ def _check_vocab(name: str, target: str | None, draft: str) -> str | None:
 
 def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], prod: Mapping[str, Any],
            verify_samples: Mapping[int, Sequence[float]], d_s: Sequence[float], prefill: Mapping[int, float],
-           seed: int, copy: Mapping[str, Any] | None = None) -> Dict[str, Any]:
+           seed: int, copy: Mapping[str, Any] | None = None, *,
+           prefill_samples: Mapping[int, Sequence[float]] | None = None) -> Dict[str, Any]:
+    """Per K: the replay's counts, the prediction with its interval and the optimistic bound (:func:`optimistic`,
+    the only number a screen-out may rest on)."""
     passes = 1 if plan["chain"] == ["draft-simple"] else 0
     t_s = prod["step_ms"]
     t_med = _median(t_s)
     rate = prod["tok_s"]
+    t_fast = min(t_s)
+    verify_floor = fastest_floor(verify_samples)
+    prefill_floor = fastest_floor(prefill_samples or {int(b): [ms] for b, ms in prefill.items()})
+    d_fast = min(d_s) if (passes and d_s) else 0.0
     out: Dict[str, Any] = {}
     for k, result in sorted(replays.items()):
         row = {key: result[key] for key in ("rounds", "drafted", "accepted", "mean_accepted_len", "acceptance",
@@ -409,6 +417,7 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
                            corrections=(copy or {}).get("draws") or () if factors else (),
                            drafter=timed_drafter["fit"] if timed_drafter else None,
                            drafters=timed_drafter["draws"] if timed_drafter else ()))
+        row.update(optimistic(result, t_fast, verify_floor, d_fast, prefill_floor, passes))
         row["predicted_speedup"] = row["predicted_tok_s"] / rate if rate else None
         verify_k = _interp({b: _median(v) * float((factors or {}).get(b, 1.0))
                             for b, v in verify_samples.items() if v}, k + 1) or 1.1 * t_med
@@ -480,9 +489,9 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
             continue
         if plan["chain"] == ["draft-simple"]:
             try:
-                replays, d_s, prefill, notes = _screen_draft(plan, conts, props, llama_server, drafter_port,
-                                                             drafter_threads, drafter_ctx, drafter_runtime_max,
-                                                             drafter_launch, timeout)
+                replays, d_s, prefill, notes, prefill_samples = _screen_draft(
+                    plan, conts, props, llama_server, drafter_port, drafter_threads, drafter_ctx,
+                    drafter_runtime_max, drafter_launch, timeout)
             except ScreenError as exc:  # this candidate only: the others are screened, production is untouched
                 if candidate_errors == "fail":
                     raise
@@ -492,9 +501,9 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         else:
             kind = plan["chain"][0]
             replays = {k: replay_ngram(conts, kind, plan["ngram"][kind], k) for k in plan["ks"]}
-            d_s, prefill = [], {}
+            d_s, prefill, prefill_samples = [], {}, {}
         row["d_s_ms"] = _median(d_s) if d_s else 0.0
-        replayed[plan["name"]] = (replays, d_s, prefill)
+        replayed[plan["name"]] = (replays, d_s, prefill, prefill_samples)
     drafts = [{"name": p["name"], "draft": p["draft"], "k": max(p["ks"]), "p_min": p["p_min"], "n_min": p["n_min"]}
               for p in plans if p["name"] in replayed and p["chain"] == ["draft-simple"]]
     copy = _verify_copy(verify_copy, replayed, client, props, conts, grid, timeout, seed, drafter_launch,
@@ -512,9 +521,10 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     for plan in plans:
         if plan["name"] not in replayed:
             continue
-        replays, d_s, prefill = replayed[plan["name"]]
+        replays, d_s, prefill, prefill_samples = replayed[plan["name"]]
         row = out[plan["name"]]
-        row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed, copy)
+        row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed, copy,
+                          prefill_samples=prefill_samples)
         row["best_k"] = int(max(row["k"], key=lambda k: row["k"][k]["predicted_tok_s"]))
     return {"production": production, "candidates": out, "restarts": 0}
 
@@ -572,5 +582,6 @@ def _screen_draft(plan: Mapping[str, Any], conts: Sequence[Mapping[str, Any]], p
     finally:
         side.stop()
     prefill = {int(b): ms for b, ms in batches["batches"].items()}
+    samples = {int(b): list(v) for b, v in batches["samples"].items() if v}
     d_s = model.step_ms or ([prefill[1]] if prefill.get(1) else [])
-    return replays, d_s, prefill, notes
+    return replays, d_s, prefill, notes, samples

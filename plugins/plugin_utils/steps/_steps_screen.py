@@ -67,10 +67,23 @@ def screen_candidates(configs: Any, baseline: str, preflight: Any = None) -> lis
     return out
 
 
+def _bound_of(row: dict[str, Any], best: dict[str, Any], rate: float) -> tuple[float, float]:
+    """(the candidate's optimistic speedup, its rate) over every K it was timed at. A screen recorded before the
+    bound existed gives its interval's upper end instead."""
+    bounds = [(float(r["bound_speedup"]), float(r.get("bound_tok_s") or 0.0)) for r in row["k"].values()
+              if isinstance(r, dict) and r.get("bound_speedup") is not None]
+    if bounds:
+        return max(bounds)
+    tok_s = float(best.get("high") or 0.0)
+    return tok_s / rate, tok_s
+
+
 def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, rounds: int) -> dict[str, Any]:
-    """Keep the baseline, every candidate the screen could not judge, and every screenable one whose predicted upper
-    bound reaches ``min_speedup`` against production; of a sweep (configs of one ``base``), the best predicted and
-    those whose interval overlaps it. The rest is SCREENED OUT, with its prediction."""
+    """Keep the baseline, every candidate the screen could not judge, and every one whose optimistic bound
+    reaches ``min_speedup``: the rate at the fastest of every repeated timing over production at its own fastest
+    step (``bound_speedup``, docs/statistics.md), which load cannot lower. Of a sweep (configs of one ``base``), a
+    depth whose bound is below the best depth's predicted low end is SCREENED OUT too. The rest is SCREENED OUT,
+    with its prediction and its bound."""
     if not isinstance(screen, dict) or not isinstance(configs, list):
         raise AnsibleFilterError("screen_select: give spec_screen's screen and the run's configs")
     rate = float((screen.get("production") or {}).get("tok_s") or 0.0)
@@ -80,9 +93,11 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
         row = found.get(config.get("name"))
         if row and row.get("screenable") and row.get("k") and rate > 0:
             best = row["k"][str(row["best_k"])]
+            bound, bound_tok_s = _bound_of(row, best, rate)
             predicted[config["name"]] = {"k": row["best_k"], "predicted_tok_s": best["predicted_tok_s"],
                                          "low": best["low"], "high": best["high"],
                                          "speedup": best["predicted_tok_s"] / rate, "speedup_high": best["high"] / rate,
+                                         "bound_speedup": bound, "bound_tok_s": bound_tok_s,
                                          "mean_accepted_len": best["mean_accepted_len"]}
     out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "production_tok_s": rate}
     by_base: dict[str, list[str]] = {}
@@ -100,16 +115,18 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
             out["unscreened"].append({"name": name, "why": row.get("why") or "not screened"})
             continue
         p = predicted[name]
+        shown = (f"predicted {p['speedup']:.2f}x [{p['low'] / rate:.2f}, {p['speedup_high']:.2f}] of production at "
+                 f"K={p['k']}")
         why = None
-        if p["speedup_high"] < float(min_speedup):
-            why = (f"predicted {p['speedup']:.2f}x [{p['low'] / rate:.2f}, {p['speedup_high']:.2f}] of production at "
-                   f"K={p['k']}: its upper bound is below spec_ab_min_speedup {float(min_speedup):.2f}x")
+        if p["bound_speedup"] < float(min_speedup):
+            why = (f"{shown}; even at the fastest of every repeated timing it reaches {p['bound_speedup']:.2f}x, "
+                   f"below spec_ab_min_speedup {float(min_speedup):.2f}x")
         else:
             family = by_base.get(str(config.get("base") or name), [name])
             top = max(family, key=lambda n: predicted[n]["predicted_tok_s"])
-            if name != top and p["high"] < predicted[top]["low"]:
-                why = (f"predicted {p['speedup']:.2f}x at K={p['k']}, below {top} ({predicted[top]['speedup']:.2f}x) "
-                       "with no overlap: the sweep is confirmed at its best depth")
+            if name != top and p["bound_tok_s"] < predicted[top]["low"]:
+                why = (f"{shown}, at most {p['bound_speedup']:.2f}x at the fastest timings, below {top}'s predicted "
+                       f"low end ({predicted[top]['low'] / rate:.2f}x): the sweep is confirmed at its best depth")
         if why:
             out["screened_out"].append(dict(p, name=name, why=why))
         else:
