@@ -31,7 +31,9 @@ description:
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
   - Per candidate and K, an optimistic bound from what load cannot inflate (the replay's counts and the fastest
     repeat of production's step, of each verification batch and of the drafter's step); role spec_ab screens a
-    candidate out only when that bound is below its planned speedup.
+    candidate out only when that bound is below its planned speedup. Every timing is repeated and its spread kept,
+    and the host's other work is read from C(/proc) around each phase; a prediction resting on a timing that says the
+    host was busy is marked C(unreliable) with the reason.
   - The prediction counts the verification and the drafter's steps. A verification is timed as a batch of K + 1
     tokens on a cached prefix on production, and, where a copy of the target fits beside production
     (O(verify_copy)), corrected by what a real speculative round costs. A copy of the target with production's own
@@ -160,9 +162,15 @@ screen:
   contains:
     production:
       description:
-        - C(t_s_ms) (production's step, median), C(tok_s) (its measured decode rate), C(verify_ms) keyed by batch
-          size (K + 1; a real round's cost where the copy was used), C(verify_batch_ms) (the batches as timed on
+        - C(t_s_ms) (production's step, median; a request's decode time over its tokens after the first, which
+          comes from the prefill), C(t_s_fastest_ms) (the fastest of them), C(tok_s) (its decode rate, 1000 over
+          C(t_s_ms)), C(step_ms) (every sample), C(verify_ms) keyed by batch size (K + 1; a real round's cost where
+          the copy was used), C(verify_samples_ms) (every repeat), C(verify_batch_ms) (the batches as timed on
           production, where the copy corrected them), C(requests).
+        - C(spread) (of production's step samples and of each batch's repeats - C(fastest), C(median), C(slowest),
+          C(busy), C(why)), C(load) (per phase, the host's other work - C(loadavg_before), C(loadavg_after),
+          C(other_cores), C(busy), C(why)) and C(unreliable) (why production's timings cannot be trusted; empty
+          when they can).
         - C(verify_copy), how the verification was timed - C(used), C(why) (when not), C(per_round_ms),
           C(per_row_ms), C(requests), C(rounds), C(model) and C(copy_verify_ms) (the copy's own batches).
       type: dict
@@ -174,7 +182,9 @@ screen:
           C(mean_accepted_len), C(accept_per_pos), C(acceptance), C(rounds), C(predicted_tok_s), C(low), C(high),
           C(predicted_speedup), C(breakeven_p), C(bound_tok_s) and C(bound_speedup) (the optimistic bound - the
           replay's counts timed at the fastest repeat of every timing, over production at its fastest step; the
-          only number a screen-out may rest on).
+          only number a screen-out may rest on), C(unreliable) and C(unreliable_why) (a timing it rests on says
+          the host was busy, and the A/B measures the candidate whatever its numbers).
+        - A draft model's C(drafter_spread) and C(load) (its side server's timings, as for production).
       type: dict
     restarts:
       description: Production restarts the screen cost (always V(0)).

@@ -134,6 +134,10 @@ def test_the_module_contract_and_no_restart(production, standard_models, llama_s
         {"name": "mtp", "env": {"LLAMA_ARG_SPEC_TYPE": "draft-mtp"}},
     ], llama_server=llama_server_bin, drafter_launch="process", shapes=["prose", "echo"], sizes=SIZES)
     assert screen["restarts"] == 0 and server.pid == pid and server.returncode is None
+    # every timing kept with its spread, and the host's other work read around each phase
+    assert screen["production"]["spread"]["step"]["n"] == len(screen["production"]["step_ms"])
+    assert screen["production"]["t_s_fastest_ms"] == min(screen["production"]["step_ms"])
+    assert screen["production"]["load"][0]["phase"] == "production's timing"
     assert screen["production"]["t_s_ms"] > 0 and {"3", "5"} <= set(screen["production"]["verify_ms"])
     # the verification timed as real rounds on a copy of the target (production's own -t 1, on a loopback port),
     # stopped after: the rounds cost more than the batches they verify
@@ -150,7 +154,11 @@ def test_the_module_contract_and_no_restart(production, standard_models, llama_s
     for k in ("2", "4"):
         row = draft["k"][k]
         assert 1.0 <= row["mean_accepted_len"] <= int(k) + 1 and len(row["accept_per_pos"]) == int(k)
-        assert row["low"] <= row["predicted_tok_s"] <= row["high"]
+        assert 0 < row["low"] <= row["predicted_tok_s"] <= row["high"]
+        # the bound (the same counts at the fastest repeat of every timing) and a verdict on the timings
+        # (unreliable, with why, on a busy host)
+        assert row["bound_speedup"] > 0 and isinstance(row["unreliable"], bool)
+        assert row["unreliable"] == bool(row["unreliable_why"])
     assert screen["candidates"]["ngram-mod"]["k"]["16"]["mean_accepted_len"] > 1.0
     assert screen["candidates"]["mtp"] == {"screenable": False, "chain": ["draft-mtp"], "ks": list(_screen.DEFAULT_KS),
                                            "why": screen["candidates"]["mtp"]["why"]}

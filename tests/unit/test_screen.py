@@ -147,7 +147,8 @@ def test_draft_model_stopping_rules_and_caching() -> None:
     model = _screen.DraftModel(Client(), 4, p_min=0.5, n_min=0)
     assert model.propose([1, 2], 4, 4) == [7, 8]  # stopped at the first token below p_min
     assert model.propose([1, 2], 1, 4) == [7] and Client.calls == 1  # cached: one request per prefix
-    assert model.step_ms == [2.0]
+    # 4 tokens in 8 ms: the first came from the prefill, so the timing covers 3 steps
+    assert model.step_ms == [8.0 / 3]
     strict = _screen.DraftModel(Client(), 4, p_min=0.5, n_min=3)
     assert strict.propose([1, 2, 3], 4, 4) == []  # shorter than n_min: no draft
 
@@ -188,3 +189,64 @@ def test_the_ngram_mod_hash_is_llama_cpps() -> None:
     mod.begin([5, 7, 9, 5, 7])
     assert mod.draft([1, 5], 7) == [9, 5, 7, 9]  # (5, 7) -> 9, (7, 9) -> 5, (9, 5) -> 7, (5, 7) -> 9: n_max 4
     assert mod.draft([1, 3], 4) == []  # (3, 4) unknown before n_min: no draft
+
+
+def test_a_step_is_the_decode_time_over_the_tokens_after_the_first() -> None:
+    # 65 tokens in 64 ms: the first came from the prefill, 64 decode steps of 1 ms
+    assert _screen.step_of({"predicted_n": 65, "predicted_ms": 64.0}) == 1.0
+    assert _screen.step_of({"predicted_n": 1, "predicted_ms": 5.0}) is None
+    assert _screen.step_of({"predicted_n": 9, "predicted_ms": 0.0}) is None
+
+
+def test_a_spread_of_repeats_says_busy_not_a_median() -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import spread
+
+    # the production step: four near 13 ms, four at 520-830 ms
+    steps = [13.1, 12.9, 13.4, 13.0, 520.0, 610.0, 700.0, 830.0]
+    got = spread(steps, "production's step")
+    assert got["busy"] and got["fastest"] == 12.9 and "production's step" in got["why"]
+    assert not spread([13.1, 12.9, 13.4, 13.0, 14.2, 13.8], "quiet")["busy"]
+    one_slow = spread([13.0, 13.2, 13.1, 13.3, 45.0], "one slow")
+    assert one_slow["busy"] and "slowest" in one_slow["why"]
+    assert not spread([13.0], "one")["busy"] and "no spread" in spread([13.0], "one")["why"]
+
+
+def test_the_hosts_other_work_is_read_from_proc(tmp_path: Path) -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _host_load
+
+    assert _host_load.cpu_ticks("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n") == (1000, 150)
+    assert _host_load.pid_ticks("42 (llama (server)) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0") == 100
+    # two CPUs over 100 ticks of wall time each; 150 busy ticks of which production and the screen took 40
+    before = {"cpu": (1000, 100), "pids": {7: 10, 8: 0}, "loadavg": 0.5, "t": 0.0}
+    after = {"cpu": (1200, 250), "pids": {7: 40, 8: 10, 9: 0}, "loadavg": 1.5, "t": 1.0}
+    got = _host_load.reading("production's timing", before, after, cpus=2)
+    assert got["other_cores"] == pytest.approx(1.1) and got["busy"] and "1.10 cores" in got["why"]
+    quiet = _host_load.reading("q", before, {**after, "cpu": (1200, 140)}, cpus=2)
+    assert quiet["other_cores"] == 0.0 and not quiet["busy"]
+    unread = _host_load.reading("q", {"cpu": None}, {"cpu": None}, cpus=2)
+    assert unread["other_cores"] is None and not unread["busy"] and "not measured" in unread["why"]
+    # a real reading of this host: numbers, whatever they are
+    (tmp_path / "stat").write_text("cpu  100 0 50 800 50 0 0 0 0 0\n")
+    (tmp_path / "loadavg").write_text("0.25 0.20 0.10 1/100 4242\n")
+    load = _host_load.HostLoad("fake", proc=str(tmp_path)).start()
+    assert load.stop()["loadavg_before"] == 0.25
+
+
+def test_a_prediction_is_never_a_rate_of_zero() -> None:
+    result = {"k": 2, "requests": [[(2, 2), (0, 0)]] * 3}
+    got = _screen.predict(result, [0.0], {1: [0.0], 3: [0.0]}, [], {}, 0)
+    assert got["predicted_tok_s"] is None and got["low"] is None and "no time per token" in got["invalid"]
+    fine = _screen.predict(result, [1.0], {1: [1.0], 3: [2.0]}, [], {}, 0)
+    assert fine["low"] > 0 and "invalid" not in fine
+
+
+def test_a_busy_timing_marks_every_k_unreliable_and_keeps_the_bound() -> None:
+    plan = {"name": "d", "chain": ["ngram-mod"]}
+    replays = {2: {"k": 2, "requests": [[(2, 2), (2, 1), (0, 0)]] * 4, "rounds": 8, "drafted": 16, "accepted": 12,
+                   "mean_accepted_len": 2.5, "acceptance": 0.75, "accept_per_pos": [1.0, 0.5]}}
+    prod = {"step_ms": [1.0, 1.1], "tok_s": 1000.0 / 1.05}
+    rows = _screen._timed(plan, replays, prod, {1: [1.0], 3: [2.0]}, [], {}, 0, busy=["production's step: busy"])
+    assert rows["2"]["unreliable"] and rows["2"]["unreliable_why"] == "production's step: busy"
+    assert rows["2"]["bound_speedup"] == pytest.approx(6 / 5.0)
+    quiet = _screen._timed(plan, replays, prod, {1: [1.0], 3: [2.0]}, [], {}, 0)
+    assert quiet["2"]["unreliable"] is False and quiet["2"]["unreliable_why"] is None

@@ -194,3 +194,26 @@ def test_the_grid_times_every_batch_up_to_the_deepest_and_each_k_plus_one() -> N
 def test_verify_copy_takes_auto_or_never() -> None:
     with pytest.raises(_screen.ScreenError, match="verify_copy: 'always' is not auto or never"):
         _screen.run_screen("http://127.0.0.1:9", [{"name": "a"}], verify_copy="always")
+
+
+def test_a_fit_with_a_negative_or_zero_cost_is_never_used_and_says_why() -> None:
+    # what was left for a drafter after the target's fitted rounds on a busy copy: less than nothing per round
+    rest = [(10, 10, -600.0), (12, 30, -560.0), (20, 40, -1200.0), (8, 30, -400.0)]
+    assert _screen_copy.fit(rest) is None
+    got, why = _screen_copy.fit_why(rest)
+    assert got is None and "negative or zero cost" in why and "not used" in why
+    # every fit the bootstrap keeps is a cost: none negative
+    mixed = [(10, 10, 5.0), (12, 30, -3.0), (20, 40, 9.0), (8, 30, 1.0), (15, 20, 7.0)]
+    assert all(r >= 0 and w >= 0 and r + w > 0 for r, w in _screen_copy.bootstrap(mixed, seed=3, n=100))
+    _none, degenerate = _screen_copy.fit_why([(10, 20, 5.0), (20, 40, 10.0)])
+    assert "cannot separate" in degenerate
+
+
+def test_the_copys_correction_is_not_stretched_past_the_rounds_it_fitted() -> None:
+    batches = {5: 10.0, 17: 20.0, 49: 40.0, 65: 50.0}
+    stretched = _screen_copy.corrections(2.0, 1.0, batches)
+    clamped = _screen_copy.corrections(2.0, 1.0, batches, max_rows=17)
+    assert clamped[5] == stretched[5] and clamped[17] == stretched[17] == pytest.approx(19.0 / 20.0)
+    # above 17 rows the round's extra ms at 17 (19 - 20 = -1) is added to the batch, not 2 + 1 x 65 over 50
+    assert stretched[65] == pytest.approx(67.0 / 50.0)
+    assert clamped[65] == pytest.approx(49.0 / 50.0) and clamped[49] == pytest.approx(39.0 / 40.0)

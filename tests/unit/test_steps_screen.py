@@ -127,18 +127,19 @@ def test_an_ngram_candidate_whose_step_is_zero_still_gets_its_break_even() -> No
     assert "not computed" in ss.first_lines(results, decision, 3)[2]
 
 
-def _bounded(tok_s: float, low: float, high: float, bound: float, k: int = 4) -> dict:
+def _bounded(tok_s: float, low: float, high: float, bound: float, k: int = 4, why: str | None = None) -> dict:
     row = _row(tok_s, low, high, k)
-    row["k"][str(k)].update(bound_tok_s=bound * 20.0, bound_speedup=bound)
+    row["k"][str(k)].update(bound_tok_s=bound * 20.0, bound_speedup=bound, unreliable=why is not None,
+                            unreliable_why=why)
     return row
 
 
-def test_only_the_bound_at_the_fastest_timings_screens_out() -> None:
+def test_only_the_bound_screens_out_and_an_unreliable_timing_goes_to_the_rounds() -> None:
     configs = [{"name": "baseline", "env": {}}, {"name": "busy", "env": {}}, {"name": "low-but-bound", "env": {}},
                {"name": "hopeless", "env": {}}]
     screen = {"production": {"tok_s": 20.0}, "restarts": 0, "candidates": {
-        # the win bed on a busy host: predicted 0.15x, upper end 0.65x, its bound at the fastest timings 1.6x
-        "busy": _bounded(3.0, 2.0, 13.0, 1.6),
+        # the win bed on a busy host: predicted 0.15x, but its timings were spread
+        "busy": _bounded(3.0, 2.0, 13.0, 0.6, why="production's step: median 268 ms is 20.6x its fastest"),
         # a prediction below the planned speedup whose bound at the fastest timings still reaches it
         "low-but-bound": _bounded(18.0, 16.0, 21.0, 1.3),
         "hopeless": _bounded(10.0, 9.0, 11.0, 0.9)}}
@@ -146,4 +147,14 @@ def test_only_the_bound_at_the_fastest_timings_screens_out() -> None:
     assert out["keep"] == ["baseline", "busy", "low-but-bound"]
     assert [r["name"] for r in out["screened_out"]] == ["hopeless"]
     assert "0.90x" in out["screened_out"][0]["why"] and "fastest of every repeated timing" in out["screened_out"][0]["why"]
+    assert out["unreliable"] == [{"name": "busy", "why": "production's step: median 268 ms is 20.6x its fastest",
+                                  "bound_speedup": 0.6, "speedup": 0.15}]
     assert out["restarts_saved"] == 3
+
+
+def test_a_candidate_without_a_prediction_is_never_screened_on_it() -> None:
+    configs = [{"name": "baseline", "env": {}}, {"name": "x", "env": {}}]
+    row = _bounded(1.0, 1.0, 1.0, 2.0, why="the replay's rounds timed at no time per token: no prediction")
+    row["k"]["4"].update(predicted_tok_s=None, low=None, high=None)
+    out = ss.screen_select({"production": {"tok_s": 20.0}, "candidates": {"x": row}}, configs, "baseline", 1.2, 3)
+    assert out["keep"] == ["baseline", "x"] and out["unreliable"][0]["name"] == "x"

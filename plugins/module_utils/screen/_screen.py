@@ -30,7 +30,14 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, EndpointError, measure_batches
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _ngram
-from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._bound import fastest_floor, optimistic
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._bound import fastest_floor, optimistic, tokens_of
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import (
+    HostLoad,
+    busy_reasons,
+    drafter_spreads,
+    pids_on_port,
+    production_spreads,
+)
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import (  # noqa: F401 (the screen's names)
     ScreenError,
     SideServer,
@@ -172,7 +179,8 @@ class DraftModel:
                         break
             timings = reply.get("timings") or {}
             if (timings.get("predicted_n") or 0) > 1 and timings.get("predicted_ms"):
-                self.step_ms.append(float(timings["predicted_ms"]) / float(timings["predicted_n"]))
+                # the first token comes from the prefill: predicted_ms covers predicted_n - 1 steps
+                self.step_ms.append(float(timings["predicted_ms"]) / (float(timings["predicted_n"]) - 1.0))
             self.cache[key] = tokens
         return self.cache[key]
 
@@ -185,29 +193,60 @@ class DraftModel:
 # production, by requests only
 
 
+def step_of(timings: Mapping[str, Any]) -> float | None:
+    """ms per decode step from a reply's timings: the first token comes from the prompt's prefill, so
+    ``predicted_ms`` covers ``predicted_n - 1`` steps; None with fewer than two tokens or no time."""
+    n, ms = timings.get("predicted_n") or 0, timings.get("predicted_ms") or 0.0
+    if not isinstance(n, (int, float)) or not isinstance(ms, (int, float)) or n <= 1 or ms <= 0:
+        return None
+    return float(ms) / (float(n) - 1.0)
+
+
 def production_continuations(client: Endpoint, prompts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """Production's greedy continuation of each prompt as token ids, and its step times (ms per token)."""
+    """Production's greedy continuation of each prompt as token ids, and its step times (ms per decode step; the
+    rate of each request is 1000 over its step, so that production's step and its rate are one measurement).
+    ``concurrent``: per request, why it ran beside other clients' requests (``/slots``, ``/metrics``), or None."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._busy import BusyWatch
+
     conts: List[Dict[str, Any]] = []
     steps: List[float] = []
     rates: List[float] = []
+    concurrent: List[str | None] = []
+    try:
+        watch: Any = BusyWatch(client, "llamacpp").start()
+    except (EndpointError, OSError, ValueError):
+        watch = None
     for prompt in prompts:
         tok = client._json("POST", "/tokenize", {"content": prompt["text"], "add_special": True})
         ids = [int(t) for t in tok.get("tokens") or []]
         if not ids:
             raise ScreenError(f"production ({client.shown_url}) tokenized the {prompt['shape']} prompt to nothing")
+        seen = _watch_reading(watch)
         reply = client._json("POST", "/completion", {"prompt": ids, "n_predict": int(prompt["n_predict"]),
                                                      "temperature": 0.0, "cache_prompt": False,
                                                      "return_tokens": True})
         tokens = [int(t) for t in reply.get("tokens") or []]
         timings = reply.get("timings") or {}
-        n, ms = timings.get("predicted_n") or 0, timings.get("predicted_ms") or 0.0
-        if n > 1 and ms > 0:
-            steps.append(float(ms) / float(n))
-            rates.append(1000.0 * float(n) / float(ms))
+        step = step_of(timings)
+        if step is not None:
+            after = _watch_reading(watch)
+            concurrent.append(watch.verdict(seen, after, timings.get("predicted_n"))
+                              if watch is not None and seen is not None and after is not None else None)
+            steps.append(step)
+            rates.append(1000.0 / step)
         conts.append({"shape": prompt["shape"], "prompt": ids, "tokens": tokens, "budget": int(prompt["n_predict"])})
     if not steps:
         raise ScreenError(f"production ({client.shown_url}) generated too few tokens to time a step: raise n_predict")
-    return {"continuations": conts, "step_ms": steps, "rates": rates}
+    return {"continuations": conts, "step_ms": steps, "rates": rates, "concurrent": concurrent}
+
+
+def _watch_reading(watch: Any) -> Dict[str, Any] | None:
+    if watch is None:
+        return None
+    try:
+        return watch.reading()
+    except (EndpointError, OSError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,10 +307,10 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
         return ordered[len(ordered) // 2]
 
     def rate(reqs: Sequence[Sequence[tuple]], ts: float, ver: Mapping[int, float], ds: float,
-             dr: Sequence[float] | None = drafter) -> float:
-        tokens = sum(sum(a + 1 for d, a in steps if d) + sum(1 for d, _a in steps if not d) for steps in reqs)
+             dr: Sequence[float] | None = drafter) -> float | None:
+        tokens = tokens_of(reqs)
         ms = sum(request_time_ms(steps, ts, ver, ds, prefill, passes_per_token, dr) for steps in reqs)
-        return 1000.0 * tokens / ms if ms > 0 else 0.0
+        return 1000.0 * tokens / ms if ms > 0 and tokens > 0 and math.isfinite(ms) else None
 
     def corrected(ver: Mapping[int, float], factors: Mapping[int, float] | None) -> Dict[int, float]:
         return {b: ms * float((factors or {}).get(int(b), 1.0)) for b, ms in ver.items()}
@@ -280,15 +319,28 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
     verify = corrected({b: med(v) for b, v in verify_samples.items() if v}, correction)
     point = rate(reqs, med(t_s), verify, med(d_s) if d_s else 0.0)
     rng = random.Random(f"{seed}:{result['k']}")
-    draws = []
+    draws: List[float] = []
+    failed = 0
     for _dummy in range(RESAMPLES):
         pick = [reqs[rng.randrange(len(reqs))] for _r in reqs]
         ver = corrected({b: rng.choice(list(v)) for b, v in verify_samples.items() if v},
                         rng.choice(list(corrections)) if corrections else correction)
-        draws.append(rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0,
-                          rng.choice(list(drafters)) if drafters else drafter))
+        got = rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0,
+                   rng.choice(list(drafters)) if drafters else drafter)
+        if got is None:
+            failed += 1
+        else:
+            draws.append(got)
     draws.sort()
-    return {"predicted_tok_s": point, "low": draws[int(0.025 * len(draws))], "high": draws[int(0.975 * len(draws)) - 1]}
+    if point is None or not draws:
+        # no time per token: nothing to predict from (never a rate of 0 tok/s)
+        return {"predicted_tok_s": None, "low": None, "high": None,
+                "invalid": "the replay's rounds timed at no time per token: no prediction"}
+    out: Dict[str, Any] = {"predicted_tok_s": point, "low": draws[int(0.025 * len(draws))],
+                           "high": draws[max(int(0.975 * len(draws)) - 1, 0)]}
+    if failed:
+        out["invalid"] = f"{failed} of {RESAMPLES} resamples timed at no time per token (left out)"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,9 +446,12 @@ def _check_vocab(name: str, target: str | None, draft: str) -> str | None:
 def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], prod: Mapping[str, Any],
            verify_samples: Mapping[int, Sequence[float]], d_s: Sequence[float], prefill: Mapping[int, float],
            seed: int, copy: Mapping[str, Any] | None = None, *,
-           prefill_samples: Mapping[int, Sequence[float]] | None = None) -> Dict[str, Any]:
-    """Per K: the replay's counts, the prediction with its interval and the optimistic bound (:func:`optimistic`,
-    the only number a screen-out may rest on)."""
+           prefill_samples: Mapping[int, Sequence[float]] | None = None,
+           busy: Sequence[str] = ()) -> Dict[str, Any]:
+    """Per K: the replay's counts, the prediction with its interval, the optimistic bound (:func:`optimistic`) and
+    ``unreliable`` with ``unreliable_why`` when a timing it rests on says the host was busy (``busy``: the reasons
+    already found for production's timings, the copy and this candidate's drafter) or the prediction has no
+    time per token."""
     passes = 1 if plan["chain"] == ["draft-simple"] else 0
     t_s = prod["step_ms"]
     t_med = _median(t_s)
@@ -418,7 +473,14 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
                            drafter=timed_drafter["fit"] if timed_drafter else None,
                            drafters=timed_drafter["draws"] if timed_drafter else ()))
         row.update(optimistic(result, t_fast, verify_floor, d_fast, prefill_floor, passes))
-        row["predicted_speedup"] = row["predicted_tok_s"] / rate if rate else None
+        reasons = [*busy, *([row.pop("invalid")] if row.get("invalid") else [])]
+        if row["predicted_tok_s"] is None and row["bound_tok_s"]:
+            # no prediction: the bound stands in its place, marked, so that nothing downstream reads a rate of 0
+            row.update(predicted_tok_s=row["bound_tok_s"], low=row["bound_tok_s"], high=row["bound_tok_s"])
+            reasons.append("the bound at the fastest timings is shown in the prediction's place")
+        row["unreliable"] = bool(reasons)
+        row["unreliable_why"] = "; ".join(reasons) or None
+        row["predicted_speedup"] = row["predicted_tok_s"] / rate if rate and row["predicted_tok_s"] else None
         verify_k = _interp({b: _median(v) * float((factors or {}).get(b, 1.0))
                             for b, v in verify_samples.items() if v}, k + 1) or 1.1 * t_med
         d_step = _median(d_s) if (passes and d_s) else 0.0
@@ -467,16 +529,29 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     _warm, schedule, _distinct = plan_requests(seed=seed, sizes=sizes, shapes=shapes,
                                                prompts_per_shape=prompts_per_shape, repeats=1, warmup=0)
     prompts = [{"shape": p.shape, "text": p.prompt, "n_predict": p.n_predict} for _r, p in schedule]
+    prod_port = _port_of(client)
+    prod_load = HostLoad("production's timing", lambda: pids_on_port(prod_port)).start()
     prod = production_continuations(client, prompts)
     conts = prod["continuations"]
     ks = sorted({k for p in plans if p["screenable"] for k in p["ks"]})
     grid = verify_grid(ks)
     verify = measure_batches(client, grid) if ks else {"samples": {}, "notes": []}
+    loads = [prod_load.stop()]
     verify_samples = {int(b): list(v) for b, v in verify["samples"].items() if v}
     props = client.props() or {}
-    production = {"t_s_ms": _median(prod["step_ms"]), "tok_s": _median(prod["rates"]),
+    t_s_ms = _median(prod["step_ms"])
+    spreads = production_spreads(prod["step_ms"], verify_samples)
+    # why production's timings cannot be trusted, for every candidate's prediction
+    busy = busy_reasons(spreads) + busy_reasons(loads)
+    crowded = [c for c in prod.get("concurrent") or [] if c]
+    if crowded:
+        busy.append(f"{len(crowded)} of production's {len(prod['step_ms'])} timed requests ran beside other clients' "
+                    f"requests ({crowded[0]})")
+    production = {"t_s_ms": t_s_ms, "t_s_fastest_ms": min(prod["step_ms"]), "tok_s": 1000.0 / t_s_ms,
                   "step_ms": prod["step_ms"], "requests": len(conts),
                   "verify_ms": {str(b): _median(v) for b, v in sorted(verify_samples.items())},
+                  "verify_samples_ms": {str(b): list(v) for b, v in sorted(verify_samples.items())},
+                  "spread": spreads,
                   "notes": list(verify.get("notes") or [])}
     prod_facts = {"step_ms": prod["step_ms"], "tok_s": production["tok_s"]}
     out: Dict[str, Any] = {}
@@ -487,29 +562,40 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         out[plan["name"]] = row
         if not plan["screenable"]:
             continue
+        own: List[str] = []
         if plan["chain"] == ["draft-simple"]:
             try:
-                replays, d_s, prefill, notes, prefill_samples = _screen_draft(
-                    plan, conts, props, llama_server, drafter_port, drafter_threads, drafter_ctx,
-                    drafter_runtime_max, drafter_launch, timeout)
+                replays, d_s, prefill, notes, drafted = _screen_draft(plan, conts, props, llama_server, drafter_port,
+                                                                      drafter_threads, drafter_ctx,
+                                                                      drafter_runtime_max, drafter_launch, timeout,
+                                                                      prod_port)
             except ScreenError as exc:  # this candidate only: the others are screened, production is untouched
                 if candidate_errors == "fail":
                     raise
                 row.update(screenable=False, error=str(exc), why=f"the screen failed for it: {exc}")
                 continue
             row["notes"] = notes
+            row["drafter_spread"] = drafter_spreads(plan["name"], d_s, drafted["prefill_samples"])
+            row["load"] = drafted["load"]
+            own = busy_reasons(row["drafter_spread"]) + busy_reasons([drafted["load"]])
+            prefill_samples = drafted["prefill_samples"]
         else:
             kind = plan["chain"][0]
             replays = {k: replay_ngram(conts, kind, plan["ngram"][kind], k) for k in plan["ks"]}
             d_s, prefill, prefill_samples = [], {}, {}
         row["d_s_ms"] = _median(d_s) if d_s else 0.0
-        replayed[plan["name"]] = (replays, d_s, prefill, prefill_samples)
+        replayed[plan["name"]] = (replays, d_s, prefill, prefill_samples, own)
     drafts = [{"name": p["name"], "draft": p["draft"], "k": max(p["ks"]), "p_min": p["p_min"], "n_min": p["n_min"]}
               for p in plans if p["name"] in replayed and p["chain"] == ["draft-simple"]]
     copy = _verify_copy(verify_copy, replayed, client, props, conts, grid, timeout, seed, drafter_launch,
                         drafter_runtime_max, drafts)
-    shown = ("used", "why", "per_round_ms", "per_row_ms", "requests", "rounds", "model", "copy_verify_ms")
+    shown = ("used", "why", "per_round_ms", "per_row_ms", "requests", "rounds", "model", "copy_verify_ms", "max_rows",
+             "spread")
     production["verify_copy"] = {key: copy.get(key) for key in shown if key in copy}
+    loads += list(copy.get("load") or [])
+    if copy.get("used"):
+        # the copy's timings change the prediction (not the bound): a busy copy makes the prediction unreliable
+        busy += busy_reasons(copy.get("spread")) + busy_reasons(copy.get("load"))
     for name, timed_drafter in (copy.get("drafters") or {}).items():
         out[name]["drafter_copy"] = ({"per_round_ms": timed_drafter["fit"][0], "per_token_ms": timed_drafter["fit"][1],
                                       "requests": timed_drafter["requests"]} if "fit" in timed_drafter
@@ -521,12 +607,26 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     for plan in plans:
         if plan["name"] not in replayed:
             continue
-        replays, d_s, prefill, prefill_samples = replayed[plan["name"]]
+        replays, d_s, prefill, prefill_samples, own = replayed[plan["name"]]
         row = out[plan["name"]]
         row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed, copy,
-                          prefill_samples=prefill_samples)
-        row["best_k"] = int(max(row["k"], key=lambda k: row["k"][k]["predicted_tok_s"]))
+                          prefill_samples=prefill_samples, busy=[*busy, *own])
+        row["best_k"] = best_k(row["k"])
+    production["load"] = loads
+    production["unreliable"] = busy
     return {"production": production, "candidates": out, "restarts": 0}
+
+
+def best_k(rows: Mapping[str, Mapping[str, Any]]) -> int:
+    """The K with the highest prediction (the highest bound where a K has no prediction)."""
+    return int(max(rows, key=lambda k: (rows[k].get("predicted_tok_s") or 0.0, rows[k].get("bound_tok_s") or 0.0)))
+
+
+def _port_of(client: Endpoint) -> int:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(client.base_url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 COPY_GRID_MAX = 17
@@ -544,23 +644,19 @@ def _verify_copy(mode: str, replayed: Mapping[str, tuple], client: Endpoint, pro
                  conts: Sequence[Mapping[str, Any]], grid: Sequence[int], timeout: int, seed: int,
                  launch: str, runtime_max: int, drafts: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
     """The copy of the target that times real rounds (``_screen_copy``), once some candidate was replayed."""
-    from urllib.parse import urlsplit
-
     from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen_copy
 
     if mode == "never":
         return {"used": False, "why": "verify_copy=never: the verification is timed as batches on production"}
     if not replayed:
         return {"used": False, "why": "no candidate was replayed"}
-    parts = urlsplit(client.base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return _screen_copy.run_copy(port, props.get("model_path"), conts, grid, drafts=drafts, launch=launch,
+    return _screen_copy.run_copy(_port_of(client), props.get("model_path"), conts, grid, drafts=drafts, launch=launch,
                                  runtime_max=runtime_max, timeout=timeout, seed=seed)
 
 
 def _screen_draft(plan: Mapping[str, Any], conts: Sequence[Mapping[str, Any]], props: Mapping[str, Any],
                   llama_server: str | None, port: int, threads: int, ctx: int, runtime_max: int, launch: str,
-                  timeout: int) -> tuple:
+                  timeout: int, prod_port: int | None = None) -> tuple:
     name, draft = plan["name"], str(plan["draft"])
     if not llama_server or not os.path.isfile(llama_server):
         raise ScreenError(f"candidate {name}: a draft model is screened on a side server: give spec_screen "
@@ -574,14 +670,17 @@ def _screen_draft(plan: Mapping[str, Any], conts: Sequence[Mapping[str, Any]], p
             "-np", "1", "-t", str(int(threads))]
     side = SideServer(name, argv, port, launch=launch, runtime_max=runtime_max)
     client = side.start()
+    load = HostLoad(f"{name}'s drafter", lambda: [*pids_on_port(port),
+                                                  *(pids_on_port(prod_port) if prod_port else [])]).start()
     try:
         client.timeout = timeout
         model = DraftModel(client, max(plan["ks"]), plan["p_min"], plan["n_min"])
         replays = {k: replay(conts, model.propose, k) for k in plan["ks"]}
         batches = measure_batches(client, list(range(1, max(plan["ks"]) + 2)))
+        reading = load.stop()
     finally:
         side.stop()
     prefill = {int(b): ms for b, ms in batches["batches"].items()}
     samples = {int(b): list(v) for b, v in batches["samples"].items() if v}
     d_s = model.step_ms or ([prefill[1]] if prefill.get(1) else [])
-    return replays, d_s, prefill, notes, samples
+    return replays, d_s, prefill, notes, {"prefill_samples": samples, "load": reading}

@@ -28,6 +28,7 @@ import os
 import random
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import spread
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._unit_command import _llama_walk
 
 GPU_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd", "/dev/dri/renderD*")
@@ -144,28 +145,53 @@ def request_point(timings: Mapping[str, Any]) -> Tuple[int, int, float] | None:
     return steps, steps + drafted, ms
 
 
-def fit(points: Sequence[Tuple[int, int, float]]) -> Tuple[float, float] | None:
-    """Least squares of ``ms = steps x per_round + rows x per_row`` (both kept at 0 or above); None when the
-    points cannot tell the two apart."""
+def solve(points: Sequence[Tuple[int, int, float]]) -> Tuple[float, float] | None:
+    """The unconstrained least squares of ``ms = steps x per_round + rows x per_row``; None when the points cannot
+    tell the two apart (no points, or every point with the same rows per step)."""
     sxx = sum(s * s for s, _r, _m in points)
     syy = sum(r * r for _s, r, _m in points)
     sxy = sum(s * r for s, r, _m in points)
     sxm = sum(s * m for s, _r, m in points)
     sym = sum(r * m for _s, r, m in points)
     det = sxx * syy - sxy * sxy
-    if not points or syy <= 0:
+    if not points or syy <= 0 or sxx <= 0 or det <= 1e-9 * sxx * syy:
         return None
-    if det <= 1e-9 * sxx * syy:
+    return (sxm * syy - sym * sxy) / det, (sym * sxx - sxm * sxy) / det
+
+
+def fit_why(points: Sequence[Tuple[int, int, float]]) -> Tuple[Tuple[float, float] | None, str | None]:
+    """:func:`fit` and, when it is None, why: a fit that cannot tell the costs apart, or whose costs come out
+    negative or zero (a round cannot cost less than nothing: such a fit is noise, never used)."""
+    got = fit(points)
+    if got is not None:
+        return got, None
+    raw = solve(points)
+    if raw is None:
+        return None, (f"its {len(points)} requests cannot separate a round's fixed cost from its cost per "
+                      "row or token (too few, or all alike)")
+    return None, (f"its fit came out at {raw[0]:.3g} ms a round and {raw[1]:.3g} ms a row or token, a negative or "
+                  "zero cost: noise (a busy host, or too few requests), not used")
+
+
+def fit(points: Sequence[Tuple[int, int, float]]) -> Tuple[float, float] | None:
+    """Least squares of ``ms = steps x per_round + rows x per_row`` with both costs kept at 0 or above and their
+    sum above 0; None when the points cannot tell the two apart, or when even the one-cost fits (all of it per
+    round, or all of it per row) come out negative or zero: such a fit is never used."""
+    raw = solve(points)
+    if raw is None:
         return None
-    per_round = (sxm * syy - sym * sxy) / det
-    per_row = (sym * sxx - sxm * sxy) / det
-    if per_round < 0:
-        per_round, per_row = 0.0, sym / syy
-    if per_row <= 0:
-        if sxx <= 0:
-            return None
-        per_round, per_row = sxm / sxx, 0.0
-    return per_round, per_row
+    per_round, per_row = raw
+    if per_round >= 0 and per_row >= 0 and per_round + per_row > 0:
+        return per_round, per_row
+    syy = sum(r * r for _s, r, _m in points)
+    sxx = sum(s * s for s, _r, _m in points)
+    rows_only = sum(r * m for _s, r, m in points) / syy
+    rounds_only = sum(s * m for s, _r, m in points) / sxx
+    if per_round < 0 and rows_only > 0:
+        return 0.0, rows_only
+    if per_row < 0 and rounds_only > 0:
+        return rounds_only, 0.0
+    return None
 
 
 def bootstrap(points: Sequence[Tuple[int, int, float]], seed: Any, n: int = RESAMPLES) -> List[Tuple[float, float]]:
@@ -179,10 +205,26 @@ def bootstrap(points: Sequence[Tuple[int, int, float]], seed: Any, n: int = RESA
     return out
 
 
-def corrections(per_round: float, per_row: float, copy_batches: Mapping[int, float]) -> Dict[int, float]:
+def corrections(per_round: float, per_row: float, copy_batches: Mapping[int, float],
+                max_rows: int | None = None) -> Dict[int, float]:
     """Per batch size b: the copy's fitted round of b rows over its own timed batch of b tokens. Production's
-    batch times multiplied by these are what a round costs on production."""
-    return {int(b): (per_round + per_row * int(b)) / ms for b, ms in copy_batches.items() if ms and ms > 0}
+    batch times multiplied by these are what a round costs on production.
+
+    ``max_rows``: the most rows a round the fit saw verified. A larger batch is not stretched along the fitted line
+    (its cost per row was fitted on small rounds, and a large batch costs less per row: 49- and 65-row rounds came
+    out 0.73-0.91x too slow): what a round costs beyond its batch at the largest size fitted, in ms, is added to
+    the larger batch instead."""
+    timed = {int(b): float(ms) for b, ms in copy_batches.items() if ms and ms > 0}
+    inside = [b for b in timed if max_rows is None or b <= max_rows]
+    top = max(inside) if inside else None
+    out: Dict[int, float] = {}
+    for b, ms in timed.items():
+        if top is None or b <= top:
+            out[b] = (per_round + per_row * b) / ms
+        else:
+            extra = per_round + per_row * top - timed[top]
+            out[b] = max(ms + extra, 0.0) / ms
+    return out
 
 
 def production_process(port: int, proc: Any = None) -> Tuple[List[str], Dict[str, str], str] | str:
@@ -207,11 +249,17 @@ def production_process(port: int, proc: Any = None) -> Tuple[List[str], Dict[str
     return argv, view.environ(pid), binary
 
 
-def _served(side: Any, conts: Sequence[Mapping[str, Any]], timeout: int, grid: Sequence[int] | None) -> tuple:
-    """The copy's requests: one warm-up, then every prompt at its budget; (its points, its timed batches)."""
+def _served(side: Any, conts: Sequence[Mapping[str, Any]], timeout: int, grid: Sequence[int] | None,
+            loads: List[Dict[str, Any]] | None = None, production_port: int | None = None) -> tuple:
+    """The copy's requests: one warm-up, then every prompt at its budget; (its points, its timed batches). The
+    host's other work while they ran (production's and the copy's own CPU left out) is appended to ``loads``."""
     from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import measure_batches
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import HostLoad, pids_on_port
 
     client = side.start()
+    load = HostLoad("the copy of the target", lambda: [*pids_on_port(side.port),
+                                                       *(pids_on_port(production_port) if production_port else [])])
+    load.start()
     try:
         client.timeout = timeout
         client._json("POST", "/completion", {"prompt": list(conts[0]["prompt"]), "n_predict": 8,
@@ -229,6 +277,8 @@ def _served(side: Any, conts: Sequence[Mapping[str, Any]], timeout: int, grid: S
         if grid:
             timed = measure_batches(client, list(grid))
             batches = {int(b): list(v) for b, v in timed["samples"].items() if v}
+        if loads is not None:
+            loads.append(load.stop())
         return points, batches
     finally:
         side.stop()
@@ -244,8 +294,11 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
     fitted verification is fitted as the drafter's cost per round plus per drafted token.
 
     Returns ``used`` and ``why`` and, when used, ``per_round_ms``, ``per_row_ms``, ``requests``, ``rounds``,
-    ``corrections`` (batch size -> factor), ``draws`` (the bootstrap's correction dicts), ``copy_verify_ms`` and
-    ``drafters`` (name -> ``fit`` ``(per_round_ms, per_token_ms)``, ``draws``, or ``why`` when it could not)."""
+    ``corrections`` (batch size -> factor; above ``max_rows``, the most rows a fitted round verified, the round's
+    extra ms at that size is added, not stretched), ``draws`` (the bootstrap's correction dicts), ``copy_verify_ms``,
+    ``spread`` (of each batch's repeats), ``load`` (the host's other work per phase) and ``drafters`` (name ->
+    ``fit`` ``(per_round_ms, per_token_ms)``, ``draws``, or ``why`` when it could not: a fit whose costs come out
+    negative or zero is never used)."""
     from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import EndpointError
     from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import ScreenError, SideServer, free_port
     from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview import read_text
@@ -270,22 +323,26 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
 
     points: List[Tuple[int, int, float]] = []
     batches: Dict[int, List[float]] = {}
+    loads: List[Dict[str, Any]] = []
     depths = (2, max(8, min(max(grid) - 1, 16)))
+    max_rows = depths[-1] + 1  # the largest round the copy verifies: its deepest draft and the target's token
     try:
         for n_max in depths:
-            got, timed = _served(side(ngram_spec(n_max)), conts, timeout, grid if n_max == depths[-1] else None)
+            got, timed = _served(side(ngram_spec(n_max)), conts, timeout, grid if n_max == depths[-1] else None,
+                                 loads, endpoint_port)
             points += [(s, r, m) for s, r, m, _d in got]
             batches = timed or batches
     except (ScreenError, EndpointError) as exc:
         return {"used": False, "why": f"the copy of the target did not serve its requests ({exc})"}
-    got_fit = fit(points)
+    got_fit, fit_note = fit_why(points)
     med = {b: sorted(v)[len(v) // 2] for b, v in batches.items()}
     if got_fit is None or not med:
-        return {"used": False, "why": f"the copy's {len(points)} requests could not separate a round's fixed cost "
-                                      "from its cost per row (too few drafted)"}
+        return {"used": False, "load": loads,
+                "why": f"the copy of the target was not used: {fit_note or 'it timed no batch'}; the verification "
+                       "is timed as batches on production"}
     per_round, per_row = got_fit
     draws = [corrections(r, w, {b: v[random.Random(f"{seed}:{i}:{b}").randrange(len(v))]
-                                for b, v in batches.items()})
+                                for b, v in batches.items()}, max_rows)
              for i, (r, w) in enumerate(bootstrap(points, seed))]
     drafters: Dict[str, Any] = {}
     for item in drafts:
@@ -298,20 +355,21 @@ def run_copy(endpoint_port: int, model: str | None, conts: Sequence[Mapping[str,
         try:
             for k in sorted({1, int(item["k"])}):  # two depths, so that a round's cost and a token's differ
                 got += _served(side(draft_spec(item["draft"], k, item.get("p_min") or 0.0, item.get("n_min") or 0)),
-                               conts, timeout, None)[0]
+                               conts, timeout, None, loads, endpoint_port)[0]
         except (ScreenError, EndpointError) as exc:
             drafters[item["name"]] = {"why": f"the copy did not serve with the draft ({exc})"}
             continue
         # what the rounds cost beyond the target's own (per_round, per_row): the drafter's, per round and token
         rest = [(s, d, m - s * per_round - r * per_row) for s, r, m, d in got if d > 0]
-        drafter = fit(rest)
+        drafter, drafter_note = fit_why(rest)
         if drafter is None:
-            drafters[item["name"]] = {"why": f"its {len(rest)} requests could not separate the drafter's cost per "
-                                             "round from its cost per token"}
+            drafters[item["name"]] = {"why": f"the drafter's cost on the copy is not used: {drafter_note}; its side "
+                                             "server's steps are used"}
             continue
         drafters[item["name"]] = {"fit": list(drafter), "requests": len(rest),
                                   "draws": [list(x) for x in bootstrap(rest, f"{seed}:{item['name']}")]}
     return {"used": True, "why": None, "per_round_ms": per_round, "per_row_ms": per_row, "requests": len(points),
             "rounds": sum(s for s, _r, _m in points), "model": model,
-            "corrections": corrections(per_round, per_row, med), "draws": draws,
-            "copy_verify_ms": {str(b): ms for b, ms in sorted(med.items())}, "drafters": drafters}
+            "corrections": corrections(per_round, per_row, med, max_rows), "draws": draws, "max_rows": max_rows,
+            "copy_verify_ms": {str(b): ms for b, ms in sorted(med.items())}, "drafters": drafters, "load": loads,
+            "spread": {str(b): spread(v, f"the copy's batch of {b}") for b, v in sorted(batches.items())}}

@@ -67,23 +67,27 @@ def screen_candidates(configs: Any, baseline: str, preflight: Any = None) -> lis
     return out
 
 
-def _bound_of(row: dict[str, Any], best: dict[str, Any], rate: float) -> tuple[float, float]:
-    """(the candidate's optimistic speedup, its rate) over every K it was timed at. A screen recorded before the
-    bound existed gives its interval's upper end instead."""
+def _bound_of(row: dict[str, Any], best: dict[str, Any], rate: float) -> tuple[float, float, list[str]]:
+    """(the candidate's optimistic speedup, its rate, why its timings are unreliable) over every K it was timed at.
+    A screen recorded before the bound existed gives its interval's upper end instead."""
     bounds = [(float(r["bound_speedup"]), float(r.get("bound_tok_s") or 0.0)) for r in row["k"].values()
               if isinstance(r, dict) and r.get("bound_speedup") is not None]
     if bounds:
-        return max(bounds)
-    tok_s = float(best.get("high") or 0.0)
-    return tok_s / rate, tok_s
+        speedup, tok_s = max(bounds)
+    else:
+        tok_s = float(best.get("high") or 0.0)
+        speedup = tok_s / rate
+    why = [str(r["unreliable_why"]) for r in row["k"].values() if isinstance(r, dict) and r.get("unreliable")]
+    return speedup, tok_s, list(dict.fromkeys(why))
 
 
 def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, rounds: int) -> dict[str, Any]:
-    """Keep the baseline, every candidate the screen could not judge, and every one whose optimistic bound
-    reaches ``min_speedup``: the rate at the fastest of every repeated timing over production at its own fastest
-    step (``bound_speedup``, docs/statistics.md), which load cannot lower. Of a sweep (configs of one ``base``), a
-    depth whose bound is below the best depth's predicted low end is SCREENED OUT too. The rest is SCREENED OUT,
-    with its prediction and its bound."""
+    """Keep the baseline, every candidate the screen could not judge, every candidate whose timings the screen
+    marked unreliable (the host was busy), and every one whose optimistic bound reaches ``min_speedup``: the rate
+    at the fastest of every repeated timing over production at its own fastest step (``bound_speedup``,
+    docs/statistics.md), which load cannot lower. Of a sweep (configs of one ``base``), a depth whose bound is
+    below the best depth's predicted low end is SCREENED OUT too. The rest is SCREENED OUT, with its prediction and
+    its bound."""
     if not isinstance(screen, dict) or not isinstance(configs, list):
         raise AnsibleFilterError("screen_select: give spec_screen's screen and the run's configs")
     rate = float((screen.get("production") or {}).get("tok_s") or 0.0)
@@ -93,17 +97,28 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
         row = found.get(config.get("name"))
         if row and row.get("screenable") and row.get("k") and rate > 0:
             best = row["k"][str(row["best_k"])]
-            bound, bound_tok_s = _bound_of(row, best, rate)
-            predicted[config["name"]] = {"k": row["best_k"], "predicted_tok_s": best["predicted_tok_s"],
-                                         "low": best["low"], "high": best["high"],
-                                         "speedup": best["predicted_tok_s"] / rate, "speedup_high": best["high"] / rate,
+            bound, bound_tok_s, unreliable = _bound_of(row, best, rate)
+            tok_s = best.get("predicted_tok_s")
+            predicted[config["name"]] = {"k": row["best_k"], "predicted_tok_s": tok_s,
+                                         "low": best.get("low"), "high": best.get("high"),
+                                         "speedup": tok_s / rate if tok_s else None,
+                                         "speedup_high": best["high"] / rate if best.get("high") else None,
                                          "bound_speedup": bound, "bound_tok_s": bound_tok_s,
+                                         "unreliable": unreliable,
                                          "mean_accepted_len": best["mean_accepted_len"]}
-    out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "production_tok_s": rate}
+    out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "unreliable": [],
+                           "production_tok_s": rate}
     by_base: dict[str, list[str]] = {}
     for config in configs:
         if config.get("name") in predicted:
             by_base.setdefault(str(config.get("base") or config["name"]), []).append(config["name"])
+
+    def shown(p: dict[str, Any]) -> str:
+        if p["predicted_tok_s"] is None:
+            return f"no prediction at K={p['k']}"
+        return (f"predicted {p['speedup']:.2f}x [{(p['low'] or 0.0) / rate:.2f}, {(p['speedup_high'] or 0.0):.2f}] of "
+                f"production at K={p['k']}")
+
     for config in configs:
         name = config.get("name")
         if name == baseline:
@@ -115,18 +130,23 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
             out["unscreened"].append({"name": name, "why": row.get("why") or "not screened"})
             continue
         p = predicted[name]
-        shown = (f"predicted {p['speedup']:.2f}x [{p['low'] / rate:.2f}, {p['speedup_high']:.2f}] of production at "
-                 f"K={p['k']}")
+        if p["unreliable"]:
+            # a timing the screen cannot trust decides nothing: the rounds measure it
+            out["keep"].append(name)
+            out["unreliable"].append({"name": name, "why": "; ".join(p["unreliable"]),
+                                      "bound_speedup": p["bound_speedup"], "speedup": p["speedup"]})
+            continue
         why = None
         if p["bound_speedup"] < float(min_speedup):
-            why = (f"{shown}; even at the fastest of every repeated timing it reaches {p['bound_speedup']:.2f}x, "
+            why = (f"{shown(p)}; even at the fastest of every repeated timing it reaches {p['bound_speedup']:.2f}x, "
                    f"below spec_ab_min_speedup {float(min_speedup):.2f}x")
         else:
-            family = by_base.get(str(config.get("base") or name), [name])
-            top = max(family, key=lambda n: predicted[n]["predicted_tok_s"])
-            if name != top and p["bound_tok_s"] < predicted[top]["low"]:
-                why = (f"{shown}, at most {p['bound_speedup']:.2f}x at the fastest timings, below {top}'s predicted "
-                       f"low end ({predicted[top]['low'] / rate:.2f}x): the sweep is confirmed at its best depth")
+            family = [n for n in by_base.get(str(config.get("base") or name), [name]) if not predicted[n]["unreliable"]]
+            top = max(family, key=lambda n: predicted[n]["predicted_tok_s"] or 0.0)
+            top_low = predicted[top]["low"]
+            if name != top and top_low and p["bound_tok_s"] < top_low:
+                why = (f"{shown(p)}, at most {p['bound_speedup']:.2f}x at the fastest timings, below {top}'s predicted "
+                       f"low end ({top_low / rate:.2f}x): the sweep is confirmed at its best depth")
         if why:
             out["screened_out"].append(dict(p, name=name, why=why))
         else:
@@ -164,6 +184,7 @@ def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[
     screen = decision.get("screen") or {}
     found = screen.get("candidates") or {}
     out_names = {r.get("name"): r for r in decision.get("screened_out") or []}
+    busy_names = {r.get("name") for r in decision.get("unreliable") or []}
     production = screen.get("production") or {}
     lines: list[str] = []
     for row in results:
@@ -198,11 +219,19 @@ def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[
             k = str(cand.get("best_k"))
             best = cand["k"][k]
             rate = float(production.get("tok_s") or 0.0)
-            ratio = f", {best['predicted_tok_s'] / rate:.2f}x production" if rate > 0 else ""
             per_pos = ", ".join(format(a, ".2f") for a in best.get("accept_per_pos") or [])
             third = (f"3. measured on production with no restart: mean accepted length "
-                     f"{best['mean_accepted_len']:.2f} at K={k} (acceptance by position {per_pos}); "
-                     f"predicted {best['predicted_tok_s']:.1f} tok/s [{best['low']:.1f}, {best['high']:.1f}]{ratio}")
+                     f"{best['mean_accepted_len']:.2f} at K={k} (acceptance by position {per_pos}); ")
+            if best.get("predicted_tok_s"):
+                ratio = f", {best['predicted_tok_s'] / rate:.2f}x production" if rate > 0 else ""
+                third += (f"predicted {best['predicted_tok_s']:.1f} tok/s [{best['low']:.1f}, {best['high']:.1f}]"
+                          f"{ratio}")
+            else:
+                third += "no prediction"
+            if best.get("bound_speedup") is not None:
+                third += f", at most {best['bound_speedup']:.2f}x at the fastest timings"
+            if best.get("unreliable"):
+                third += f" (UNRELIABLE: {best.get('unreliable_why')})"
         elif cand:
             third = f"3. acceptance not measured before the A/B: {cand.get('why')}"
         else:
@@ -213,6 +242,9 @@ def first_lines(results: Any, decision: Any = None, rounds: Any = None) -> list[
         fourth = "4. fit: " + _fit_text(row)
         if name in out_names:
             fifth = f"5. settled without a restart: SCREENED OUT ({out_names[name]['why']})"
+        elif name in busy_names:
+            fifth = ("5. what settles it: the confirming A/B on the production unit (the screen's timings were "
+                     "unreliable, the host was busy: it decides nothing)")
         else:
             n = int(rounds) if str(rounds or "").isdigit() else None
             fifth = ("5. what settles it: the confirming A/B on the production unit"
