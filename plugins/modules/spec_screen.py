@@ -189,6 +189,9 @@ screen:
     restarts:
       description: Production restarts the screen cost (always V(0)).
       type: int
+    elapsed_s:
+      description: Seconds the screen took (requests to production, its side servers and the copy of the target).
+      type: float
   sample:
     production: {t_s_ms: 48.2, tok_s: 20.7, verify_ms: {"5": 71.3}}
     candidates:

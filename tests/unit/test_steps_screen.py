@@ -158,3 +158,21 @@ def test_a_candidate_without_a_prediction_is_never_screened_on_it() -> None:
     row["k"]["4"].update(predicted_tok_s=None, low=None, high=None)
     out = ss.screen_select({"production": {"tok_s": 20.0}, "candidates": {"x": row}}, configs, "baseline", 1.2, 3)
     assert out["keep"] == ["baseline", "x"] and out["unreliable"][0]["name"] == "x"
+
+
+def test_the_screens_cost_is_planned_before_it_runs_and_said_after() -> None:
+    drafts = [dict(c, env={**c["env"], "LLAMA_ARG_SPEC_DRAFT_MODEL": "/m/d.gguf"}) if c.get("base") else c
+              for c in CONFIGS]
+    candidates = ss.screen_candidates(drafts, "baseline")  # three draft depths, an n-gram, an MTP head
+    sizes = {"prose": {"chars": 400, "n_predict": 64}, "structured": {"chars": 300, "n_predict": 32}}
+    plan = ss.screen_estimate(candidates, ["prose", "structured"], 2, sizes, None)
+    assert plan["requests"] == 4 and plan["tokens"] == 2 * 64 + 2 * 32 and plan["restarts"] == 0
+    # the three drafts are one side server each (no model file is read here), the copy twice plus twice per draft
+    assert plan["side_servers"] == 3 and plan["copy_starts"] == 2 + 2 * 3 and plan["seconds"] is None
+    # ngram-mod's own K 64: batches 1..17 and 65, five repeats each, after the prefix
+    assert plan["batches"] == 5 * (17 + 1) + 1
+    timed = ss.screen_estimate(candidates, ["prose", "structured"], 2, sizes, "60.0")
+    assert timed["seconds"] > (plan["tokens"] + plan["copy_tokens"]) / 60.0
+    line = ss.screen_estimate_line(timed, 41.7)
+    assert "no production restart" in line and "4 requests to production (192 tokens)" in line
+    assert line.endswith("it took 42 s") and ss.screen_estimate_line(None) == "screen: not run"

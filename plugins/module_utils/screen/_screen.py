@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
@@ -516,6 +517,7 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         raise ScreenError(f"candidate_errors: {candidate_errors!r} is not fail or report")
     from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import plan_requests
 
+    started = time.monotonic()
     plans = [candidate_plan(c) for c in candidates or []]
     names = [p["name"] for p in plans]
     if not plans or not all(names) or len(set(names)) != len(names):
@@ -614,7 +616,8 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         row["best_k"] = best_k(row["k"])
     production["load"] = loads
     production["unreliable"] = busy
-    return {"production": production, "candidates": out, "restarts": 0}
+    return {"production": production, "candidates": out, "restarts": 0,
+            "elapsed_s": round(time.monotonic() - started, 1)}
 
 
 def best_k(rows: Mapping[str, Mapping[str, Any]]) -> int:

@@ -9,6 +9,9 @@
   takes, each at its own depth, with the preflight's KV fit.
 - ``screen | llmfleet.specdec.internal('screen_select', configs, baseline, min_speedup, rounds)``: which configs the
   rounds measure and which are SCREENED OUT, with the restarts that saves.
+- ``candidates | llmfleet.specdec.internal('screen_estimate', shapes, prompts_per_shape, sizes, decode_rate)`` and
+  ``estimate | llmfleet.specdec.internal('screen_estimate_line', elapsed_s)``: what the screen costs (requests,
+  side servers, seconds at production's rate; never a restart), before it runs and after.
 - ``preflight_results | llmfleet.specdec.internal('first_lines', decision, rounds)``: per speculative candidate, what
   the preflight and the screen say, in the field notes' order (does the target already speculate, the break-even
   acceptance at K = 1, 3, 7 against the incumbent, the measured acceptance and the predicted rate, the fit, the one
@@ -153,6 +156,57 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
             out["keep"].append(name)
     out["restarts_saved"] = len(out["screened_out"]) * int(rounds)
     return out
+
+
+def screen_estimate(candidates: Any, shapes: Any, prompts_per_shape: Any, sizes: Any = None,
+                    decode_rate: Any = None, seed: Any = 0) -> dict[str, Any]:
+    """What the screen will cost before it runs (the dry run prints it): the requests and tokens it sends to
+    production, the batches it times there, the servers it starts beside production (each draft model's side server;
+    the copy of the target twice, and twice more per draft model, where a copy fits) and their requests, and, with
+    production's decode rate (``decode_rate``, tok/s; None when not known yet), about how many seconds that is.
+    Never a production restart. ``candidates`` are screen_candidates' items."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import plan_requests
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
+
+    if not isinstance(candidates, list):
+        raise AnsibleFilterError("screen_estimate: give screen_candidates' list")
+    _warm, schedule, _distinct = plan_requests(seed=int(seed or 0), sizes=sizes or None, shapes=shapes,
+                                               prompts_per_shape=int(prompts_per_shape), repeats=1, warmup=0)
+    tokens = sum(int(p.n_predict) for _r, p in schedule)
+    plans = [_screen.candidate_plan(c) for c in candidates]
+    screened = [p for p in plans if p["screenable"]]
+    drafts = [p for p in screened if p["chain"] == ["draft-simple"]]
+    ks = sorted({k for p in screened for k in p["ks"]})
+    batches = 5 * len(_screen.verify_grid(ks)) + 1 if ks else 0
+    # a draft model is asked once per prefix where it drafts: at most once per production token
+    side_requests = len(drafts) * tokens
+    side_batches = sum(5 * (max(p["ks"]) + 1) + 1 for p in drafts)
+    copy_starts = (2 + 2 * len(drafts)) if screened else 0
+    copy_tokens = copy_starts * tokens
+    out: dict[str, Any] = {"requests": len(schedule), "tokens": tokens, "batches": batches,
+                           "side_servers": len(drafts), "side_requests": side_requests + side_batches,
+                           "copy_starts": copy_starts, "copy_tokens": copy_tokens, "restarts": 0, "seconds": None}
+    rate = float(decode_rate or 0) if str(decode_rate or "").replace(".", "", 1).isdigit() else 0.0
+    if rate > 0 and screened:
+        # production's tokens and batches at its rate, the drafters' and the copies' as many again (an upper end:
+        # a copy runs no faster than production, a side server's draft model far faster)
+        out["seconds"] = round((tokens + batches + copy_tokens) / rate + side_requests / (4 * rate), 1)
+    return out
+
+
+def screen_estimate_line(estimate: Any, spent: Any = None) -> str:
+    """The plan's line for the screen: its estimate, and what it took where it ran (``spent``: spec_screen's
+    ``elapsed_s``)."""
+    if not isinstance(estimate, dict):
+        return "screen: not run"
+    line = (f"screen (requests only, no production restart): {estimate['requests']} requests to production "
+            f"({estimate['tokens']} tokens) and {estimate['batches']} batch timings, {estimate['side_servers']} drafter "
+            f"side server(s), {estimate['copy_starts']} start(s) of a copy of the target where one fits")
+    if estimate.get("seconds") is not None:
+        line += f"; about {estimate['seconds']:.0f} s at production's rate"
+    if isinstance(spent, (int, float)):
+        line += f"; it took {float(spent):.0f} s"
+    return line
 
 
 def _breakeven_from_screen(t_s: float, d_s: float, incumbent: float) -> list[dict[str, Any]]:
