@@ -54,8 +54,13 @@ description:
     O(sentinel_mean_len_margin), and in decode rate by more than O(sentinel_speed_margin) (not judged when
     O(canary_args) hold C(--n-gpu-layers 0)). A regression fails the task before C(current) moves, naming the build,
     the config and both numbers, unless O(accept_slower); every verdict goes into the build record (O(facts_file),
-    key C(sentinel)). Evidence of another model, a production that no longer runs the promoted config, or a declared
-    traffic file not given, refuse the build in one line. See C(docs/builds.md).
+    key C(sentinel)). Where O(canary_args) put the canary on other hardware (C(--n-gpu-layers 0)) its rate says
+    nothing; then, with O(speed_after_switch), the promoted config's rate on the new build is measured on the unit
+    itself after C(current) moved and the unit answered C(/health), under the dead-man (its wait grows by
+    O(sentinel_timeout)), against the lowest per-start rate the promoted run measured; below it by more than
+    O(sentinel_speed_margin), C(current) goes back (C(BUILD <name> WAS ROLLED BACK)). Check mode says per unit which
+    of the two it gets and why (RV(sentinel_plan)). Evidence of another model, a production that no longer runs the
+    promoted config, or a declared traffic file not given, refuse the build in one line. See C(docs/builds.md).
 options:
   state_dir:
     description: The host's state directory that holds the units' locks (as for M(llmfleet.specdec.ab_lock)).
@@ -170,6 +175,12 @@ options:
     elements: dict
     default: []
     version_added: 0.3.0
+  speed_after_switch:
+    description: Where the canary runs on other hardware, measure the promoted config's speed on the unit after the
+      switch (role C(llamacpp_build) sets it on the rollout's first host only).
+    type: bool
+    default: true
+    version_added: 0.3.0
   accept_slower:
     description: Go ahead past a sentinel regression; the verdict is recorded in the build record with
       C(accepted_slower=true).
@@ -269,6 +280,12 @@ sentinel:
     failure, the refused one.
   returned: when a canary was judged
   type: raw
+sentinel_plan:
+  description: Check mode with the sentinel - per unit, whether its canary is judged on acceptance and speed, on
+    acceptance with the speed measured after the switch, or not at all, and why.
+  returned: check mode
+  type: list
+  elements: str
 refused:
   description: On a flag-table refusal, what the new build does not take.
   returned: failure
@@ -317,6 +334,7 @@ ARGUMENT_SPEC = dict(
     sentinel_timeout=dict(type="int", default=600),
     sentinel_traffic=dict(type="list", elements="dict", default=[], no_log=True),
     accept_slower=dict(type="bool", default=False),
+    speed_after_switch=dict(type="bool", default=True),
 )
 
 
@@ -335,7 +353,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         python = sys.executable if module.check_mode else rollback_interpreter(sys.executable)
-        sentinel = None if module.check_mode else sentinel_of(module.params)
+        sentinel = sentinel_of(module.params)  # in check mode it only reads the evidence: the plan
         result = run_activation(module.params, run=module.run_command, check_mode=module.check_mode, python=python,
                                 sentinel=sentinel)
     except ActivateError as exc:

@@ -48,14 +48,14 @@ needs_regressed = pytest.mark.skipif(
 # ------------------------------------------------------------------ the sentinel on two real builds
 
 
-def _evidence(models: Dict[str, Path]) -> Dict[str, Any]:
+def _evidence(models: Dict[str, Path], rate: float = 1000.0) -> Dict[str, Any]:
     """The promotion's evidence of draft-n3 on the standard models, shaped as promote.yml writes it (a bench of
     prose and structured at the sizes the recorded A/B run used)."""
     env = {"LLAMA_ARG_MODEL": str(models["target.gguf"]),
            "LLAMA_EXTRA_ARGS": f"-md {models['draft.gguf']} " + " ".join(SPEC_ARGS)}
     shapes = {"prose": {"n_predict": 48, "prompt_chars": 468, "checks": {}},
               "structured": {"n_predict": 48, "prompt_chars": 300, "checks": {}}}
-    requests = [{"shape": "prose", "draft_n": 37, "draft_n_accepted": 34}]
+    requests = [{"shape": "prose", "draft_n": 37, "draft_n_accepted": 34, "predicted_per_second": rate}]
     report = {"run_id": "sentinel-it", "configs": [
         {"name": "baseline", "chain": [], "rendering": {"env": {"LLAMA_ARG_MODEL": str(models["target.gguf"])}}},
         {"name": "draft-n3", "chain": ["draft-simple"], "rendering": {"env": env}}],
@@ -131,3 +131,29 @@ def test_a_forced_upgrade_goes_ahead_and_the_verdict_says_accepted_slower(produc
     assert REGRESSED is not None
     verdict = _judge(production, REGRESSED, tmp_path, accept_slower=True)
     assert verdict["accepted_slower"] and verdict["regressions"] and "acceptance" in verdict["regressions"][0]
+
+
+def test_a_cpu_canary_leaves_speed_to_the_check_after_the_switch(production: Dict[str, Any], llama_server_bin: str,
+                                                                 standard_models: Dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """`--n-gpu-layers 0` in the canary's arguments: acceptance is judged at the canary, speed is not (its rate says
+    nothing of the GPU's); the plan sends speed to after the switch, measured on the unit against the evidence's
+    rates. The evidence's rates here are far from any real one (a billion and one token per second), so the outcome
+    is not a timing: the same unit is a regression against the first and passes against the second."""
+    sentinel = sen.Sentinel(state_dir=production["state"], canary_args=["--n-gpu-layers", "0"], timeout=120)
+    plan = sentinel.plan(production["serving"])
+    assert plan is not None and plan["after_switch"]
+    argv = production["serving"]["argv"]
+    canary = LlamaServer(argv[argv.index("-m") + 1], binary=llama_server_bin, log_dir=tmp_path / "canary",
+                         draft=argv[argv.index("-md") + 1], args=[*SPEC_ARGS, "--n-gpu-layers", "0", *plan["args"]],
+                         ctx_size=plan["ctx_size"])
+    with canary:
+        verdict = sentinel.judge(plan, canary.port)
+    assert verdict["regressions"] == [] and not verdict["speed_judged"] and not verdict["lossless_required"]
+    assert any("says nothing of speed" in note for note in verdict["notes"])
+    # after the switch: production (here the same build) measured against the evidence's per-start rates
+    with pytest.raises(sen.SentinelError, match=r"is slower than the promoted run measured: decode rate .* tok/s on "
+                                                r"the new build against 1000000000\.0-1000000000\.0 tok/s"):
+        sentinel.after_switch(dict(plan, rate_low=1e9, rate_high=1e9))
+    passed = sentinel.after_switch(dict(plan, rate_low=1.0, rate_high=1.0))
+    assert passed["regressions"] == [] and passed["rate"] > 1.0 and passed["acceptance"] > 0.5

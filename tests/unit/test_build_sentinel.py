@@ -249,3 +249,100 @@ def test_the_module_builds_the_sentinel_from_its_options_and_none_without_a_cana
     assert llamacpp_activate.sentinel_of(dict(params, canary=False)) is None
     assert llamacpp_activate.sentinel_of(dict(params, sentinel=False)) is None
     assert llamacpp_activate.ARGUMENT_SPEC["sentinel_traffic"]["no_log"] is True
+
+
+# ------------------------------------------------------------------ the speed after the switch (a CPU canary)
+
+
+class RateClient:
+    """An Endpoint stand-in answering every completion with one decode rate."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.sent = 0
+
+    def complete(self, prompt: Any, api: str = "llamacpp") -> Dict[str, Any]:
+        self.sent += 1
+        return {"text": "t", "draft_n": 30, "draft_n_accepted": 27, "predicted_per_second": self.rate}
+
+
+def _cpu_plan(tmp_path: Path, rates: Sequence[float] = (40.0, 44.0)) -> Dict[str, Any]:
+    evidence = _evidence()
+    evidence["report"]["entries"] = [
+        {"config": "draft-n3", "round": i, "bench": {"api": "llamacpp", "shapes": evidence["report"]["entries"][0]["bench"]
+                                                       ["shapes"], "requests": [dict(_req("prose", 0, 30, 27),
+                                                                                     predicted_per_second=r)]}}
+        for i, r in enumerate(rates)]
+    sentinel = sen.Sentinel(state_dir=_state(tmp_path, evidence), canary_args=["--n-gpu-layers", "0"], prompts=1)
+    plan = sentinel.plan(_serving())
+    assert plan is not None
+    return plan
+
+
+def test_a_cpu_canary_plans_the_speed_after_the_switch_against_the_evidences_rates(tmp_path: Path) -> None:
+    plan = _cpu_plan(tmp_path)
+    assert plan["after_switch"] and (plan["rate_low"], plan["rate_high"]) == (40.0, 44.0)
+    # on the same hardware the canary shows speed itself
+    same = sen.Sentinel(state_dir=str(tmp_path / "state")).plan(_serving())
+    assert same is not None and not same["after_switch"]
+
+
+def test_the_speed_after_the_switch_passes_within_the_margin_and_refuses_below_it(tmp_path: Path) -> None:
+    plan = _cpu_plan(tmp_path)
+    client = RateClient(35.0)  # 40 * (1 - 0.2) = 32: within the margin
+    sentinel = sen.Sentinel(state_dir="/x", canary_args=["-ngl", "0"], client=lambda url, timeout: client)
+    verdict = sentinel.after_switch(plan)
+    assert verdict["regressions"] == [] and verdict["rate"] == 35.0 and client.sent == len(plan["prompts"])
+    client.rate = 20.0
+    with pytest.raises(sen.SentinelError, match=r"build new-cpu with config 'draft-n3' on llama-server.service is "
+                       r"slower than the promoted run measured: decode rate 20\.0 tok/s on the new build against "
+                       r"40\.0-44\.0 tok/s"):
+        sentinel.after_switch(plan)
+    forced = sen.Sentinel(state_dir="/x", accept_slower=True, client=lambda url, timeout: client).after_switch(plan)
+    assert forced["accepted_slower"]
+
+
+class AfterSwitchSentinel(FakeSentinel):
+    def plan(self, serving: Dict[str, Any]) -> Dict[str, Any]:
+        return dict(super().plan(serving), after_switch=True, config="draft-n3")
+
+    def after_switch(self, plan: Dict[str, Any]) -> Dict[str, Any]:
+        raise sen.SentinelError("build new-cpu with config 'draft-n3' is slower than the promoted run measured: "
+                                "decode rate 20.0 tok/s against 40.0-44.0 tok/s", {"regressions": ["speed"]})
+
+
+def test_a_slower_build_after_the_switch_is_rolled_back_under_its_longer_dead_man(tmp_path: Path, host: Host) -> None:
+    activation = _activation(tmp_path, host)
+    activation.sentinel = AfterSwitchSentinel(refuse=False)
+    with pytest.raises(act.ActivateError, match=r"BUILD new-cpu WAS ROLLED BACK: .*the promoted config's speed on build "
+                       r"new-cpu, measured on llama-server.service after the switch .*20\.0 tok/s") as err:
+        activation.activate(_params(host, tmp_path, sentinel_timeout=60))
+    assert err.value.details["rolled_back"] and err.value.details["healthy"]
+    assert host.current == "old-cpu" and host.units[UNIT]["build"] == "old-cpu" and not host.timer_armed
+    assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
+    # the dead-man waited rollback_after + the sentinel's time: 1.7e9 + 300 + 60
+    armed = next(c for c in host.calls if c[0] == "systemd-run" and any("specdec-build-rollback-" in a for a in c))
+    assert f"--on-calendar={act.calendar_spec(1.7e9 + 360)}" in armed
+    # not on the rollout's other hosts: the switch stays
+    host2 = Host(tmp_path / "second")
+    (tmp_path / "second" / "llamacpp-build.json").write_text('{"version": "old"}\n')
+    second = _activation(tmp_path / "second", host2)
+    second.sentinel = AfterSwitchSentinel(refuse=False)
+    second.activate(_params(host2, tmp_path / "second", speed_after_switch=False))
+    assert host2.current == "new-cpu"
+
+
+def test_check_mode_says_which_check_each_unit_gets_and_why(tmp_path: Path, host: Host) -> None:
+    (tmp_path / "state" / "promoted").mkdir(parents=True)
+    (tmp_path / "state" / "promoted" / "llama-server.json").write_text(json.dumps(_evidence(model="/m/target.gguf")))
+    activation = _activation(tmp_path, host, check_mode=True)
+    activation.sentinel = sen.Sentinel(state_dir=str(tmp_path / "state"), canary_args=["--n-gpu-layers", "0"])
+    result = activation.activate(_params(host, tmp_path, speed_after_switch=True))
+    # production's command line lacks the promoted draft: the plan says the build would be refused, and why
+    assert result["sentinel_plan"] == [line for line in result["sentinel_plan"] if "would be refused" in line]
+    host.units[UNIT]["argv"] = [host.units[UNIT]["argv"][0], *PROD_ARGV[1:]]
+    again = _activation(tmp_path, host, check_mode=True)
+    again.sentinel = activation.sentinel
+    plan = again.activate(_params(host, tmp_path, speed_after_switch=True))["sentinel_plan"]
+    assert len(plan) == 1 and "then its speed measured on the unit after the switch under the dead-man" in plan[0]
+    assert host.current == "old-cpu" and host.canary_specs == []

@@ -91,6 +91,7 @@ def promoted_traffic(evidence: Mapping[str, Any]) -> Dict[str, Any]:
     shapes: Dict[str, Dict[str, Any]] = {}
     api = "llamacpp"
     drafted = accepted = 0
+    rates: List[float] = []  # per server start (entry): the median decode rate of its requests
     for entry in evidence["report"].get("entries") or []:
         bench = entry.get("bench") if isinstance(entry, Mapping) and entry.get("config") == name else None
         if not isinstance(bench, Mapping):
@@ -102,12 +103,18 @@ def promoted_traffic(evidence: Mapping[str, Any]) -> Dict[str, Any]:
                 shapes[shape] = {"n_predict": int(info.get("n_predict") or 32),
                                  "prompt_chars": int(info.get("prompt_chars") or 0),
                                  "source": checks.get("source") if shape not in _shapes.SHAPES else None}
+        entry_rates = []
         for r in bench.get("requests") or []:
             if isinstance(r, Mapping):
                 drafted += int(r.get("draft_n") or 0)
                 accepted += int(r.get("draft_n_accepted") or 0)
+                if isinstance(r.get("predicted_per_second"), (int, float)) and r["predicted_per_second"] > 0:
+                    entry_rates.append(float(r["predicted_per_second"]))
+        if entry_rates:
+            rates.append(_median(entry_rates))  # type: ignore[arg-type]
     return {"config": name, "run_id": evidence["report"].get("run_id"), "api": api, "shapes": shapes,
-            "chain": list(config.get("chain") or []), "measured_acceptance": accepted / drafted if drafted else None}
+            "chain": list(config.get("chain") or []), "measured_acceptance": accepted / drafted if drafted else None,
+            "rate_low": min(rates) if rates else None, "rate_high": max(rates) if rates else None}
 
 
 def _options(argv: Sequence[str], env: Mapping[str, str]) -> Dict[str, Any]:
@@ -266,6 +273,9 @@ class Sentinel:
         return {"unit": unit, "build": serving.get("build"), "config": traffic["config"], "run_id": traffic["run_id"],
                 "evidence": path, "api": traffic["api"], "production": f"http://127.0.0.1:{int(serving['port'])}",
                 "prompts": prompts, "measured_acceptance": traffic["measured_acceptance"],
+                "rate_low": traffic["rate_low"], "rate_high": traffic["rate_high"],
+                # a canary on other hardware cannot show speed: measured on the unit after the switch instead
+                "after_switch": self.other_hardware() and self.speed_margin > 0,
                 "args": ["--metrics", "--parallel", "1"], "ctx_size": ctx, "seconds": self.timeout}
 
     def prompts_for(self, traffic: Mapping[str, Any], where: str) -> List[_shapes.Prompt]:
@@ -382,4 +392,37 @@ class Sentinel:
                                 f"{'; '.join(reg)}. The rollout stops here; see docs/builds.md (the sentinel) - "
                                 "-e specdec_build_accept_slower=true goes ahead and records it", verdict)
         verdict["accepted_slower"] = bool(reg)
+        return verdict
+
+    # ---------------------------------------------------------- after the switch (a canary on other hardware)
+
+    def after_switch(self, plan: Mapping[str, Any]) -> Dict[str, Any]:
+        """The promoted config's decode rate on the new build, on the unit itself (production now runs the new build,
+        under the activation's dead-man), against the lowest per-start median rate the promoted run measured: below
+        it by more than ``speed_margin`` is a regression (raised unless ``accept_slower``)."""
+        what = f"build {plan['build']} with config {plan['config']!r} on {plan['unit']}"
+        client = self.client(plan["production"], float(self.timeout))
+        try:
+            replies = [client.complete(prompt, plan["api"]) for prompt in plan["prompts"]]
+        except SpecdecError as exc:
+            raise SentinelError(f"{what}: its speed could not be measured after the switch: {exc}") from None
+        rate = _median([float(r["predicted_per_second"]) for r in replies if r.get("predicted_per_second")])
+        low, high = plan.get("rate_low"), plan.get("rate_high")
+        verdict: Dict[str, Any] = {
+            "schema": SENTINEL_SCHEMA, "unit": plan["unit"], "build": plan["build"], "config": plan["config"],
+            "run_id": plan["run_id"], "evidence": plan["evidence"], "after_switch": True, "prompts": len(replies),
+            "rate": rate, "evidence_rate_low": low, "evidence_rate_high": high, "speed_margin": self.speed_margin,
+            "acceptance": acceptance(replies), "regressions": [], "notes": [], "accepted_slower": False}
+        if rate is None or low is None:
+            verdict["notes"].append("no decode rate to compare (the evidence or the replies carry none): speed not "
+                                    "judged")
+        elif rate < low * (1.0 - self.speed_margin):
+            verdict["regressions"].append(
+                f"decode rate {rate:.1f} tok/s on the new build against {low:.1f}-{high:.1f} tok/s the promoted run "
+                f"measured (median per server start; margin {self.speed_margin:.2f})")
+        if verdict["regressions"] and not self.accept_slower:
+            raise SentinelError(f"{what} is slower than the promoted run measured: {'; '.join(verdict['regressions'])}. "
+                                "'current' goes back on this host and the rollout stops; "
+                                "-e specdec_build_accept_slower=true goes ahead and records it", verdict)
+        verdict["accepted_slower"] = bool(verdict["regressions"])
         return verdict

@@ -40,7 +40,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build_help
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _build_help, _build_sentinel
 from ansible_collections.llmfleet.specdec.plugins.module_utils.build._build_deadman import (
     render_rollback_script,
     timer_command,
@@ -302,6 +302,7 @@ class Activation:
         self.sleep = sleep
         self.port = port
         self.sentinel = sentinel
+        self.plans: Dict[str, Dict[str, Any]] = {}  # the sentinel's plan per unit, for the check after the switch
 
     # ---------------------------------------------------------- what serves now
 
@@ -400,29 +401,6 @@ class Activation:
             raise ActivateError(f"build {name} refused at the canary: {unit} runs a config it does not take: "
                                 f"{'; '.join(why)}. Nothing was changed; change the promoted config first "
                                 "(playbooks/promote.yml) or stay on the running build", refused=why)
-
-    def judged_canary(self, params: Mapping[str, Any], name: str, binary: str, item: Serving,
-                      result: Dict[str, Any]) -> Dict[str, Any]:
-        """One unit's canary; with the sentinel, it serves the promoted config and is judged before it stops."""
-        try:
-            plan = self.sentinel.plan({"unit": item.unit, "argv": item.process.argv, "env": item.process.env,
-                                       "port": item.ports[0], "build": name}) if self.sentinel is not None else None
-            if plan is None and self.sentinel is not None:
-                result["notes"].append(f"{item.unit}: speculation not judged ({self.sentinel.skipped(item.unit)})")
-            judge = (lambda port: self.sentinel.judge(plan, port)) if plan else None
-            answer = self.canary(item.unit, binary, item.process.argv, item.process.env,
-                                 (item.process.uid, item.process.gid, item.process.groups), item.process.cwd,
-                                 max(int(params["canary_ctx_size"]), int((plan or {}).get("ctx_size") or 0)),
-                                 [*(params.get("canary_args") or []), *((plan or {}).get("args") or [])],
-                                 int(params["canary_timeout"]), judge, int((plan or {}).get("seconds") or 0))
-        except ActivateError:
-            raise
-        except SpecdecError as exc:
-            raise ActivateError(f"build {name} refused at the canary: {exc}. Nothing was changed: 'current' still "
-                                f"points at {result.get('previous')}", sentinel=getattr(exc, "verdict", None)) from None
-        if answer.get("sentinel"):
-            result.setdefault("sentinel", []).append(answer["sentinel"])
-        return answer
 
     # ---------------------------------------------------------- health of a restarted unit
 
@@ -647,6 +625,9 @@ class Activation:
         result["changed"] = True
         result["would_restart"] = [item.unit for item in served]
         if self.check_mode:
+            if self.sentinel is not None:
+                result["sentinel_plan"] = _build_sentinel.plan_lines(self, name, served,
+                                                                     bool(params.get("speed_after_switch", True)))
             return result
         health_timeout = int(params["health_timeout"])
         # 1. the canary: production's model on the new build, beside production; its flag table, its speculation
@@ -654,7 +635,8 @@ class Activation:
             self.flag_table(name, binary, served)
         if params.get("canary", True):
             for item in served:
-                result["canary"].append(self.judged_canary(params, name, binary, item, result))
+                result["canary"].append(_build_sentinel.judged_canary(self, params, name, binary, item, result,
+                                                                      ActivateError))
             if not served and params.get("canary_model"):
                 result["canary"].append(self.canary(
                     "first-build.service", binary, [binary, "--model", params["canary_model"]], {}, (0, 0, []), "/",
@@ -676,7 +658,8 @@ class Activation:
                 "units": [dict({"unit": item.unit, "port": item.ports[0], "url": item.url}, **pins.get(item.unit, {}))
                           for item in served]}
         self.take_units(params, paths, units, renew=True)
-        self.arm(paths, meta, int(params["rollback_after"]), health_timeout)
+        self.arm(paths, meta, int(params["rollback_after"]) + _build_sentinel.after_switch_seconds(self, params),
+                 health_timeout)
         self.pinned(meta, keep=True)  # after the dead-man: its script puts them back too, and drops them
         since = self.wall() - 1
         try:
@@ -686,6 +669,8 @@ class Activation:
             self.restart(served)
             result["restarted"] = [item.unit for item in served]
             result["health"] = self.wait_healthy(served, health_timeout, since)
+            _build_sentinel.speed_after_switch(self, params, name, served, result, ActivateError, facts_file, facts,
+                                               write_atomic)
         except (ActivateError, OSError) as exc:
             raise self.roll_back(paths, meta, served, exc, since) from exc
         self.pinned(meta, keep=False)
