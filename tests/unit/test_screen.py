@@ -250,3 +250,32 @@ def test_a_busy_timing_marks_every_k_unreliable_and_keeps_the_bound() -> None:
     assert rows["2"]["bound_speedup"] == pytest.approx(6 / 5.0)
     quiet = _screen._timed(plan, replays, prod, {1: [1.0], 3: [2.0]}, [], {}, 0)
     assert quiet["2"]["unreliable"] is False and quiet["2"]["unreliable_why"] is None
+
+
+def test_productions_steps_and_its_other_clients_are_read_per_request() -> None:
+    # production as the screen sees it (the replies' shape is llama-server's): another client's request starts
+    # while the second is decoding (/slots says so from then on)
+    class Production:
+        shown_url = "http://127.0.0.1:8080"
+        sent = 0
+
+        def slots(self):
+            return [{"id": 0, "is_processing": False}, {"id": 1, "is_processing": self.sent == 2}]
+
+        def request(self, method, path, body=None):
+            return 404, b""
+
+        def _json(self, method, path, body=None, ok_missing=False):
+            if path == "/tokenize":
+                return {"tokens": [1, 2, 3]}
+            self.sent += 1
+            return {"tokens": list(range(65)), "timings": {"predicted_n": 65, "predicted_ms": 64 * 13.0}}
+
+    prompts = [{"shape": "prose", "text": "a", "n_predict": 65}, {"shape": "prose", "text": "b", "n_predict": 65},
+               {"shape": "prose", "text": "c", "n_predict": 65}]
+    got = _screen.production_continuations(Production(), prompts)
+    assert got["step_ms"] == [13.0, 13.0, 13.0] and got["rates"] == [1000 / 13.0] * 3
+    # the other client's request was in flight when the second ended and when the third was sent
+    assert got["concurrent"][0] is None
+    assert "1 other request(s) in flight when it ended" in got["concurrent"][1]
+    assert "1 other request(s) in flight when it was sent" in got["concurrent"][2]

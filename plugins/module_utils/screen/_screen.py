@@ -207,16 +207,11 @@ def production_continuations(client: Endpoint, prompts: Sequence[Mapping[str, An
     """Production's greedy continuation of each prompt as token ids, and its step times (ms per decode step; the
     rate of each request is 1000 over its step, so that production's step and its rate are one measurement).
     ``concurrent``: per request, why it ran beside other clients' requests (``/slots``, ``/metrics``), or None."""
-    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._busy import BusyWatch
-
     conts: List[Dict[str, Any]] = []
     steps: List[float] = []
     rates: List[float] = []
     concurrent: List[str | None] = []
-    try:
-        watch: Any = BusyWatch(client, "llamacpp").start()
-    except (EndpointError, OSError, ValueError):
-        watch = None
+    watch = _busy_watch(client)
     for prompt in prompts:
         tok = client._json("POST", "/tokenize", {"content": prompt["text"], "add_special": True})
         ids = [int(t) for t in tok.get("tokens") or []]
@@ -239,6 +234,16 @@ def production_continuations(client: Endpoint, prompts: Sequence[Mapping[str, An
     if not steps:
         raise ScreenError(f"production ({client.shown_url}) generated too few tokens to time a step: raise n_predict")
     return {"continuations": conts, "step_ms": steps, "rates": rates, "concurrent": concurrent}
+
+
+def _busy_watch(client: Endpoint) -> Any:
+    """spec_bench's reader of production's other clients (/slots, /metrics), or None where it cannot start."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._busy import BusyWatch
+
+    try:
+        return BusyWatch(client, "llamacpp").start()
+    except (EndpointError, OSError, ValueError):
+        return None
 
 
 def _watch_reading(watch: Any) -> Dict[str, Any] | None:
@@ -537,14 +542,22 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     conts = prod["continuations"]
     ks = sorted({k for p in plans if p["screenable"] for k in p["ks"]})
     grid = verify_grid(ks)
+    watch = _busy_watch(client)
+    seen = _watch_reading(watch)
     verify = measure_batches(client, grid) if ks else {"samples": {}, "notes": []}
+    after = _watch_reading(watch)
     loads = [prod_load.stop()]
+    # production's own other clients while its batches were timed (its CPU is not "other processes")
+    beside = (watch.verdict(seen, after, 1 + 5 * len({1, *grid}))
+              if ks and watch is not None and seen is not None and after is not None else None)
     verify_samples = {int(b): list(v) for b, v in verify["samples"].items() if v}
     props = client.props() or {}
     t_s_ms = _median(prod["step_ms"])
     spreads = production_spreads(prod["step_ms"], verify_samples)
     # why production's timings cannot be trusted, for every candidate's prediction
     busy = busy_reasons(spreads) + busy_reasons(loads)
+    if beside:
+        busy.append(f"production served other clients while its verification batches were timed ({beside})")
     crowded = [c for c in prod.get("concurrent") or [] if c]
     if crowded:
         busy.append(f"{len(crowded)} of production's {len(prod['step_ms'])} timed requests ran beside other clients' "
