@@ -142,7 +142,16 @@ def simulate(runs: int, sigmas: list[float], max_rounds: int, only: list[str] | 
                     starts += r["starts"]
                     if r["pick"] == "real":
                         picked_real.append(r["pick_ratio"])
+                # what the report's power line says for this design at this noise (the verdicts' own error and
+                # df, the last look alone): the round value's SD is the start's and the mix of the shapes' own noise
+                s_round = math.sqrt(sigma ** 2 + (sigma / 4) ** 2 * sum(w * w for w in weights.values()))
+                own = {"spreads": (s_round, s_round), "looks": sequential, "effect": max(effects.values())}
                 rows.append({
+                    "report_power_win": (_design.sequential_power(s_round, len(effects), len(effects) + 1, max_rounds,
+                                                                  **own) if "real" in effects else None),
+                    "report_power": (_design.sequential_power(s_round, len(effects), len(effects) + 1, max_rounds,
+                                                              win_margin=_confirm.WIN_MARGIN, **own)
+                                     if "real" in effects else None),
                     "scenario": scenario, "sigma": sigma, "mix": mix_name, "runs": runs, "sequential": sequential,
                     "candidates": len(effects), "false_win": false_win / runs, "false_recommendation": false_rec / runs,
                     "power_win": power / runs if "real" in effects else None,
@@ -217,14 +226,17 @@ def print_sim(rows: list[dict[str, Any]], max_rounds: int) -> None:
           f"1 + spec_ab_win_margin, {_confirm.WIN_MARGIN:g}: what promote.yml acts on); WIN is the share in which it "
           "is called a WIN at all.\n")
     print("| scenario | candidates | sigma | endpoint weights | runs | family-wise false WIN | false recommendation | "
-          "power (recommended) | WIN | reported x when the real one is picked | starts per run | fixed 3 rounds |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "power (recommended) | WIN | the report's power line (recommended / WIN) | reported x when the real one is "
+          "picked | starts per run | fixed 3 rounds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         power = "-" if r["power"] is None else f"{100 * r['power']:.1f} %"
         win = "-" if r.get("power_win") is None else f"{100 * r['power_win']:.1f} %"
+        line = ("-" if r.get("report_power") is None else
+                f"{100 * r['report_power']:.1f} % / {100 * r['report_power_win']:.1f} %")
         rep = "-" if r["reported_when_picked"] is None else f"{r['reported_when_picked']:.3f}"
         print(f"| {r['scenario']} | {r['candidates']} | {r['sigma']:g} | {r['mix']} | {r['runs']} | "
-              f"{100 * r['false_win']:.1f} % | {100 * r['false_recommendation']:.1f} % | {power} | {win} | {rep} | "
+              f"{100 * r['false_win']:.1f} % | {100 * r['false_recommendation']:.1f} % | {power} | {win} | {line} | {rep} | "
               f"{r['starts_per_run']:.1f} | {r['starts_fixed_today']} |")
 
 

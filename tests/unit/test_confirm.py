@@ -264,3 +264,20 @@ def test_a_run_whose_baseline_start_failed_recommends_nothing_in_every_section()
     assert rp.history_record(doc)["recommendation"] is None
     assert rp.history_record(doc)["confirmatory"]["recommendation"] is None
     assert _fleet.host_summary(doc["host"], doc)["recommendation"] is None
+
+
+def test_the_restarts_line_carries_the_power_by_the_verdicts_own_rule():
+    import random
+
+    rng = random.Random(3)
+    table = {n: {r: rng.gauss(0.0, 0.08) for r in range(5)} for n in ("baseline", "a", "b", "c", "d")}
+    judged = {"configs": {n: {"entries_ok": 5} for n in table}}
+    design = {"alpha": 0.05, "min_speedup": 1.2, "max_rounds": 5, "sequential": True, "win_margin": 0.02}
+    out = _confirm.restarts(judged, table, "baseline", ["a", "b", "c", "d"], design)
+    fit = _confirm._design.fit_blocks(table, "baseline")
+    spreads = _confirm.own_spreads(fit, "baseline", ["a", "b", "c", "d"])
+    assert spreads is not None and spreads[0] == fit.spread["baseline"]
+    assert out["power"] == _confirm._design.sequential_power(fit.s, 4, 5, 5, spreads=spreads)
+    assert out["power_recommend"] == _confirm._design.sequential_power(fit.s, 4, 5, 5, spreads=spreads, win_margin=0.02)
+    assert out["power_recommend"] < out["power"] < _confirm._design.sequential_power(fit.s, 4, 5, 5)
+    assert out["used"] == 25 and out["fixed_design"] == 5 * out["fixed_rounds"]

@@ -350,3 +350,21 @@ def test_welch_df_lies_between_the_smaller_df_and_their_sum():
     assert ds.welch_df(9.0, 1.0, 4, 4, 32) == 4.8  # one dominates: near its own df, rounded down to a tenth
     assert ds.welch_df(0.0, 0.0, 4, 4, 32) == 4.0  # no spread at all: the smaller df
     assert ds.welch_df(1.0, 1.0, 4, 4, 6) == 6.0  # never above the pooled df
+
+
+def test_the_own_power_uses_the_verdicts_error_and_df_for_a_win_and_for_a_recommendation():
+    """Issue 49, item 4: the report's power line said 99.8 % and 64 % (sigma 0.05 / 0.10, 4 candidates, 5 rounds)
+    from the pooled df where the verdicts use the baseline's spread at Welch's df. By the verdicts' own rule the
+    power is lower, and lower again to clear 1 + the win margin; without spreads it is the pooled rule."""
+    for s in (0.05, 0.10):
+        pooled = ds.sequential_power(s, 4, 5, 5)
+        win = ds.sequential_power(s, 4, 5, 5, spreads=(s, s))
+        rec = ds.sequential_power(s, 4, 5, 5, spreads=(s, s), win_margin=0.02)
+        assert rec < win < pooled
+        c = ds.dunnett_c(4, 16, ds.spent(5, 5, 0.05))
+        assert pooled == ds.approximate_power(math.log(1.2), s * math.sqrt(2.0 / 5), c, 16)
+    # a noisier baseline lowers it further; two configs have no per-config spreads, the pooled rule stands
+    assert ds.sequential_power(0.1, 4, 5, 5, spreads=(0.2, 0.1)) < ds.sequential_power(0.1, 4, 5, 5, spreads=(0.1, 0.1))
+    assert ds.sequential_power(0.1, 1, 2, 5, spreads=(0.1, 0.1)) == ds.sequential_power(0.1, 1, 2, 5)
+    # the fixed design compared is sized by the same rule: more rounds for the same power to be recommended
+    assert ds.fixed_rounds(0.1, 4, 5, power=0.5, win_margin=0.02, spreads=(0.1, 0.1)) > ds.fixed_rounds(0.1, 4, 5, power=0.5)

@@ -74,6 +74,9 @@ def test_the_looks_never_raise_and_every_interval_means_something_or_says_it_is_
     fit = ds.fit_blocks(cells, "baseline")
     if fit is not None and fit.s is not None:
         assert 0.0 <= ds.sequential_power(fit.s, len(candidates), len(cells), max(max_rounds, 2)) <= 1.0
+        spreads = cf.own_spreads(fit, "baseline", candidates)
+        assert 0.0 <= ds.sequential_power(fit.s, len(candidates), len(cells), max(max_rounds, 2), spreads=spreads,
+                                          win_margin=win_margin) <= 1.0
         rounds_needed = ds.fixed_rounds(fit.s, len(candidates), len(cells))
         assert rounds_needed is None or rounds_needed >= ds.FIRST_LOOK
 
@@ -91,10 +94,12 @@ def test_a_critical_value_carried_to_fewer_degrees_of_freedom_is_never_smaller(c
 
 @settings(max_examples=300, deadline=None)
 @given(delta=st.floats(-5.0, 5.0), se=st.floats(0.0, 1e3), c=st.one_of(st.floats(0.0, 1e6), st.just(math.inf)),
-       df=st.floats(1.0, 1e4), s=st.floats(0.0, 50.0), m=st.integers(1, 12))
-def test_the_power_is_a_probability_at_any_df_and_noise(delta, se, c, df, s, m):
+       df=st.floats(1.0, 1e4), s=st.floats(0.0, 50.0), m=st.integers(1, 12), a=SPREADS, rest=SPREADS)
+def test_the_power_is_a_probability_at_any_df_and_noise(delta, se, c, df, s, m, a, rest):
     assert 0.0 <= ds.approximate_power(delta, se, c, df) <= 1.0
     assert 0.0 <= ds.sequential_power(s, m, m + 1, 5) <= 1.0
+    for rounds in (2, 3, 5):
+        assert 0.0 <= ds.planned_power(s, m, m + 1, rounds, 0.01, spreads=(a, rest), win_margin=0.02) <= 1.0
     assert ds.fixed_rounds(s, m, m + 1, limit=6) in (None, 2, 3, 4, 5, 6)
 
 

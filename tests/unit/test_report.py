@@ -393,6 +393,17 @@ def test_a_run_that_measured_nothing_still_renders_a_report():
     assert json.loads(rp.history_line(doc))["configs"]["d"]["status"] == "FAILED"
 
 
+def test_the_power_line_gives_the_power_of_a_win_and_of_a_recommendation():
+    conf = {"endpoint": "e2e", "weights": {"prose": 1.0}, "weights_from": "the declared traffic mix", "alpha": 0.05,
+            "sequential": True, "max_rounds": 5, "margin": 0.05, "min_speedup": 1.2, "recommendation": None,
+            "verdicts": {}, "restarts": {"used": 20, "fixed_rounds": 4, "fixed_design": 20, "saved": 0,
+                                         "power": 0.38, "power_recommend": 0.28, "effect": 1.2, "win_margin": 0.02}}
+    text = "\n".join(rp._confirmatory({"baseline": "baseline", "confirmatory": conf}))
+    assert ("by the error and degrees of freedom its verdicts use (its last look alone): a WIN 38%, recommended "
+            "(lower bound above 1 + 0.02) 28%; a fixed design with the same power to be recommended needs 4 rounds, "
+            "20 starts (saved 0)") in text
+
+
 def test_an_inconclusive_row_with_a_smallest_findable_below_the_plan_is_warned():
     conf = {"endpoint": "e2e", "weights": {"prose": 1.0}, "weights_from": "the declared traffic mix", "alpha": 0.05,
             "sequential": True, "max_rounds": 5, "margin": 0.05, "min_speedup": 1.2, "recommendation": None,

@@ -357,7 +357,14 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
             "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
             "endpoint)."]
     r = conf.get("restarts") or {}
-    if r.get("fixed_design") is not None:
+    if r.get("fixed_design") is not None and r.get("power_recommend") is not None:
+        out += ["", f"Server starts: {r['used']} used. This design's own power at {r['effect']:g}x at this run's "
+                    f"noise, by the error and degrees of freedom its verdicts use (its last look alone): a WIN "
+                    f"{r['power']:.0%}, recommended (lower bound above 1 + {r['win_margin']:g}) "
+                    f"{r['power_recommend']:.0%}; a fixed design with the same power to be recommended needs "
+                    f"{r['fixed_rounds']} rounds, {r['fixed_design']} starts "
+                    f"({'saved ' + str(r['saved']) if r['saved'] >= 0 else 'used ' + str(-r['saved']) + ' more'})."]
+    elif r.get("fixed_design") is not None:  # a report written before the power to be recommended
         out += ["", f"Server starts: {r['used']} used; a fixed design with this design's own power at "
                     f"{r['effect']:g}x at this run's noise ({r['power']:.0%}, its last look alone) needs "
                     f"{r['fixed_rounds']} rounds, {r['fixed_design']} starts "

@@ -313,18 +313,33 @@ def restarts(judged: Mapping[str, Any], table: Mapping[str, Mapping[int, float]]
         out["why"] = "no pooled noise estimate: no fixed design to compare with"
         return out
     configs = len(judged["configs"])
-    # the fixed design it is compared with has this run's own power (its design's, at the planned speedup and
-    # this noise), not a power it never had
-    power = _design.sequential_power(fit.s, len(candidates), len(candidates) + 1, design["max_rounds"],
-                                     alpha=design["alpha"], effect=design["min_speedup"], looks=design["sequential"])
-    rounds = _design.fixed_rounds(fit.s, len(candidates), len(candidates) + 1, alpha=design["alpha"],
-                                  effect=design["min_speedup"], power=power)
+    # The power by the verdicts' own rule: the error and df each comparison gets (the baseline's spread beside the
+    # candidates' pooled one, at their Welch df; the pooled ones with two configs), for a WIN and for a
+    # recommendation (a lower bound above 1 + the win margin). The fixed design compared has the same power to be
+    # recommended, by the same rule, not a power the run never had.
+    spreads = own_spreads(fit, baseline, candidates)
+    common = {"alpha": design["alpha"], "effect": design["min_speedup"], "spreads": spreads}
+    m, k = len(candidates), len(candidates) + 1
+    power = _design.sequential_power(fit.s, m, k, design["max_rounds"], looks=design["sequential"], **common)
+    power_rec = _design.sequential_power(fit.s, m, k, design["max_rounds"], looks=design["sequential"],
+                                         win_margin=design["win_margin"], **common)
+    out.update(power=power, power_recommend=power_rec, effect=design["min_speedup"], win_margin=design["win_margin"])
+    rounds = _design.fixed_rounds(fit.s, m, k, power=power_rec, win_margin=design["win_margin"], **common)
     if rounds is None:
         out["why"] = f"a fixed design would need more than 50 rounds at this noise ({_design.exp_safe(fit.s) - 1:.1%})"
         return out
-    out.update(fixed_rounds=rounds, fixed_design=rounds * configs, saved=rounds * configs - used,
-               power=power, effect=design["min_speedup"])
+    out.update(fixed_rounds=rounds, fixed_design=rounds * configs, saved=rounds * configs - used)
     return out
+
+
+def own_spreads(fit: _design.Fit, baseline: str, candidates: Sequence[str]) -> tuple[float, float] | None:
+    """The baseline's own spread and the candidates' pooled one (log scale), as :func:`_design.fit_blocks` forms a
+    comparison's error from them; None with fewer than three configs (the pooled error alone)."""
+    a = fit.spread.get(baseline)
+    others = [v for n, v in fit.spread.items() if n != baseline and v is not None]
+    if a is None or not others or len(fit.spread) < 3:
+        return None
+    return a, math.sqrt(sum(v * v for v in others) / len(others))
 
 
 def partial_baseline(judged: Mapping[str, Any]) -> str | None:

@@ -559,18 +559,60 @@ def futility_goal(min_speedup: float) -> float:
     return math.sqrt(min_speedup)
 
 
+def planned_power(s: float, m: int, configs: int, rounds: int, share: float, *, effect: float = MIN_SPEEDUP,
+                  win_margin: float = 0.0, spreads: tuple[float | None, float | None] | None = None) -> float:
+    """The power of one look after ``rounds`` complete rounds that spends ``share`` of alpha, by the rule the
+    verdicts use: the pooled error at the pooled df, or with ``spreads`` (the baseline's own spread and the
+    candidates' pooled one, log scale; three configs or more) the larger of the pooled error and theirs, at
+    Welch-Satterthwaite's df as :func:`fit_blocks` forms them, with Dunnett's level carried there. ``win_margin``:
+    the power to clear 1 + win_margin (to be recommended) rather than 1 (a WIN)."""
+    rounds = max(int(rounds), FIRST_LOOK)
+    df = (configs - 1) * (rounds - 1)
+    if df <= 0:
+        return 0.0
+    se = s * math.sqrt(2.0 / rounds)
+    c = dunnett_c(m, df, share)
+    df_eff = float(df)
+    delta = math.log(effect) - math.log1p(win_margin)
+    if spreads is not None and configs >= 3 and spreads[0] is not None and spreads[1] is not None:
+        # The verdicts' error and df rest on the baseline's spread as the run reads it, with rounds - 1 df: the
+        # power is averaged over that reading (16 equally likely values of chi2 / df, Wilson-Hilferty), each with
+        # the error, the Welch df and the critical value carried there that fit_blocks and comparison would use.
+        a, rest = spreads
+        own_df = float(rounds - 1)
+        other_df = min(max(own_df, df - own_df), OTHER_DF * own_df)
+        true_se = math.sqrt((a * a + rest * rest) / rounds)
+        if not true_se > 0:
+            return 1.0 if delta > 0 else 0.0
+        total = 0.0
+        for i in range(_READINGS):
+            z = _z((i + 0.5) / _READINGS)
+            h = 2.0 / (9.0 * own_df)
+            read = a * math.sqrt(max(0.0, 1.0 - h + z * math.sqrt(h)) ** 3)
+            se_i = max(se, math.sqrt((read * read + rest * rest) / rounds))
+            guard = max(read, rest)
+            df_i = max(1.0, welch_df(guard * guard, rest * rest, own_df, other_df, float(df)))
+            c_i = carry_c(c, float(df), df_i)
+            total += 0.0 if not math.isfinite(c_i) else _norm_cdf((delta - c_i * se_i) / true_se)
+        return total / _READINGS
+    return approximate_power(delta, se, c, df_eff)
+
+
+_READINGS = 16
+
+
 def sequential_power(s: float, m: int, configs: int, max_rounds: int, *, alpha: float = ALPHA,
-                     effect: float = MIN_SPEEDUP, looks: bool = True) -> float:
+                     effect: float = MIN_SPEEDUP, looks: bool = True, win_margin: float = 0.0,
+                     spreads: tuple[float | None, float | None] | None = None) -> float:
     """The power of the run's design at ``effect`` with the pooled noise ``s``, counting its last look only
     (every candidate measured all ``max_rounds`` rounds, the alpha that look spends): a lower bound, the earlier
-    looks can only add WINs. What the fixed design it is compared with must match."""
+    looks can only add WINs. What the fixed design it is compared with must match. ``spreads`` and
+    ``win_margin``: see :func:`planned_power` (the verdicts' own error and df; the power to be recommended)."""
     rounds = max(max_rounds, FIRST_LOOK)
-    df = (configs - 1) * (rounds - 1)
-    se = s * math.sqrt(2.0 / rounds)
     share = spent(rounds, rounds, alpha) if looks else alpha
-    if se <= 0:
+    if s * math.sqrt(2.0 / rounds) <= 0:
         return 1.0
-    return approximate_power(math.log(effect), se, dunnett_c(m, df, share), df)
+    return planned_power(s, m, configs, rounds, share, effect=effect, win_margin=win_margin, spreads=spreads)
 
 
 def approximate_power(delta: float, se: float, c: float, df: int) -> float:
@@ -587,14 +629,14 @@ def approximate_power(delta: float, se: float, c: float, df: int) -> float:
 
 
 def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect: float = MIN_SPEEDUP,
-                 power: float = POWER, limit: int = 50) -> int | None:
+                 power: float = POWER, limit: int = 50, win_margin: float = 0.0,
+                 spreads: tuple[float | None, float | None] | None = None) -> int | None:
     """The rounds a fixed design needs for ``power`` at ``effect`` with the pooled noise ``s``: the design the
-    sequential one is compared with for the restarts it saved. None past ``limit``."""
-    delta = math.log(effect)
+    sequential one is compared with for the restarts it saved. None past ``limit``. ``spreads`` and
+    ``win_margin`` as in :func:`planned_power`."""
     for r in range(FIRST_LOOK, limit + 1):
-        df = (configs - 1) * (r - 1)
-        se = s * math.sqrt(2.0 / r)
-        if se <= 0 or approximate_power(delta, se, dunnett_c(m, df, alpha), df) >= power:
+        if s <= 0 or planned_power(s, m, configs, r, alpha, effect=effect, win_margin=win_margin,
+                                   spreads=spreads) >= power:
             return r
     return None
 
