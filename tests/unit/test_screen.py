@@ -279,3 +279,26 @@ def test_productions_steps_and_its_other_clients_are_read_per_request() -> None:
     assert got["concurrent"][0] is None
     assert "1 other request(s) in flight when it ended" in got["concurrent"][1]
     assert "1 other request(s) in flight when it was sent" in got["concurrent"][2]
+
+
+def test_a_server_whose_process_is_not_visible_leaves_the_hosts_load_unjudged(tmp_path: Path) -> None:
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _host_load
+
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    line = f"   0: 0100007F:{8093:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1"
+    (proc / "net" / "tcp").write_text("  sl  local_address rem_address   st\n" + line + "\n")
+    (proc / "net" / "tcp6").write_text("header\n")
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "fd" / "3").symlink_to("socket:[777]")
+    (proc / "4242" / "stat").write_text("4242 (llama-server) S 1 2 3 4 5 6 7 8 9 10 500 100 0 0")
+    (proc / "stat").write_text("cpu  100 0 50 800 50 0 0 0 0 0\n")
+    (proc / "loadavg").write_text("3.5 3.0 2.0 1/100 4242\n")
+    assert _host_load.pids_on_port(8093, str(proc)) == [4242]
+    seen = _host_load.HostLoad("production's timing", proc=str(proc), ports=[8093]).start()
+    assert seen.before["pids"][4242] == 600 and seen.before["unseen"] == []
+    unseen = _host_load.HostLoad("production's timing", proc=str(proc), ports=[8094]).start()
+    # production in another namespace: its own CPU would count as others', so the load is not judged
+    got = _host_load.reading("production's timing", {**unseen.before, "cpu": (1000, 100)},
+                             {**unseen.before, "cpu": (1200, 300)}, cpus=2)
+    assert got["other_cores"] == 2.0 and got["busy"] is False and "port 8094" in got["why"]

@@ -90,20 +90,24 @@ def pid_ticks(text: str | None) -> int | None:
 class HostLoad:
     """The host's other work over one phase of the screen: :meth:`start`, then :meth:`stop` gives the reading.
 
-    ``pids`` (called at start and at stop) names the processes whose CPU is the screen's own business:
-    production, the screen itself, a side server it started."""
+    ``ports``: where the servers it times listen (production, a side server, the copy); their processes' CPU, the
+    screen's own and that of ``pids`` (called at start and at stop) is the screen's business, everything else is
+    the host's other work. A port whose process cannot be found here (another network or PID namespace) leaves its
+    CPU among the others': the reading is then not judged (``busy`` False, ``why`` says so)."""
 
     def __init__(self, what: str, pids: Callable[[], Sequence[int]] = lambda: (), proc: str = "/proc",
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.what, self.pids, self.proc, self.clock = what, pids, proc, clock
+                 clock: Callable[[], float] = time.monotonic, ports: Sequence[int] = ()) -> None:
+        self.what, self.pids, self.proc, self.clock, self.ports = what, pids, proc, clock, [int(p) for p in ports]
         self.before: Dict[str, Any] = {}
 
     def _snapshot(self) -> Dict[str, Any]:
-        known = sorted({os.getpid(), *[int(p) for p in self.pids() or ()]})
+        by_port = {port: pids_on_port(port, self.proc) for port in self.ports}
+        known = sorted({os.getpid(), *[int(p) for p in self.pids() or ()], *[p for v in by_port.values() for p in v]})
         ticks = {pid: pid_ticks(_read(os.path.join(self.proc, str(pid), "stat"))) for pid in known}
         load = (_read(os.path.join(self.proc, "loadavg")) or "").split()
         return {"cpu": cpu_ticks(_read(os.path.join(self.proc, "stat"))), "pids": ticks,
-                "loadavg": float(load[0]) if load else None, "t": self.clock()}
+                "loadavg": float(load[0]) if load else None, "t": self.clock(),
+                "unseen": [port for port, found in by_port.items() if not found]}
 
     def start(self) -> HostLoad:
         self.before = self._snapshot()
@@ -135,7 +139,11 @@ def reading(what: str, before: Mapping[str, Any], after: Mapping[str, Any], cpus
     wall = total / max(int(cpus), 1)  # ticks of one CPU over the phase
     other = max(busy - own, 0) / wall if wall > 0 else 0.0
     out["other_cores"] = round(other, 3)
-    if other >= OTHER_CORES_BUSY:
+    unseen = sorted({*(before.get("unseen") or ()), *(after.get("unseen") or ())})
+    if unseen:
+        out["why"] = (f"{what}: no process listening on port {', '.join(str(p) for p in unseen)} is visible here, so "
+                      "its CPU cannot be told from other work: the host's load is not judged")
+    elif other >= OTHER_CORES_BUSY:
         out.update(busy=True, why=f"{what}: other processes took {other:.2f} cores on average while it was timed "
                                   f"(load average {out['loadavg_before']} before, {out['loadavg_after']} after)")
     return out
@@ -179,6 +187,13 @@ def busy_reasons(found: Any) -> List[str]:
                     phases.setdefault(str(item["phase"]), []).append(item)
                 elif item["busy"]:
                     out.append(str(item["why"]))
+                return
+            sized = [(k, v) for k, v in item.items() if str(k).isdigit() and isinstance(v, Mapping) and v.get("busy")]
+            if len(sized) > 1 and all(str(k).isdigit() for k in item):
+                # one timing's batch sizes (production's verification, a drafter's prefill): one line
+                worst = max(sized, key=lambda kv: float(kv[1].get("slowest") or 0.0) / float(kv[1].get("fastest") or 1.0))
+                out.append(f"{len(sized)} batch sizes ({', '.join(str(k) for k, _v in sized)}) spread over their "
+                           f"repeats, the worst {worst[1]['why']}")
                 return
             for value in item.values():
                 walk(value)

@@ -36,7 +36,6 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load
     HostLoad,
     busy_reasons,
     drafter_spreads,
-    pids_on_port,
     production_spreads,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import (  # noqa: F401 (the screen's names)
@@ -537,7 +536,7 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                                                prompts_per_shape=prompts_per_shape, repeats=1, warmup=0)
     prompts = [{"shape": p.shape, "text": p.prompt, "n_predict": p.n_predict} for _r, p in schedule]
     prod_port = _port_of(client)
-    prod_load = HostLoad("production's timing", lambda: pids_on_port(prod_port)).start()
+    prod_load = HostLoad("production's timing", ports=[prod_port]).start()
     prod = production_continuations(client, prompts)
     conts = prod["continuations"]
     ks = sorted({k for p in plans if p["screenable"] for k in p["ks"]})
@@ -686,8 +685,7 @@ def _screen_draft(plan: Mapping[str, Any], conts: Sequence[Mapping[str, Any]], p
             "-np", "1", "-t", str(int(threads))]
     side = SideServer(name, argv, port, launch=launch, runtime_max=runtime_max)
     client = side.start()
-    load = HostLoad(f"{name}'s drafter", lambda: [*pids_on_port(port),
-                                                  *(pids_on_port(prod_port) if prod_port else [])]).start()
+    load = HostLoad(f"{name}'s drafter", ports=[port, *([prod_port] if prod_port else [])]).start()
     try:
         client.timeout = timeout
         model = DraftModel(client, max(plan["ks"]), plan["p_min"], plan["n_min"])

@@ -254,11 +254,10 @@ def _served(side: Any, conts: Sequence[Mapping[str, Any]], timeout: int, grid: S
     """The copy's requests: one warm-up, then every prompt at its budget; (its points, its timed batches). The
     host's other work while they ran (production's and the copy's own CPU left out) is appended to ``loads``."""
     from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import measure_batches
-    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import HostLoad, pids_on_port
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import HostLoad
 
     client = side.start()
-    load = HostLoad("the copy of the target", lambda: [*pids_on_port(side.port),
-                                                       *(pids_on_port(production_port) if production_port else [])])
+    load = HostLoad("the copy of the target", ports=[side.port, *([production_port] if production_port else [])])
     load.start()
     try:
         client.timeout = timeout
