@@ -176,3 +176,26 @@ def test_the_screens_cost_is_planned_before_it_runs_and_said_after() -> None:
     line = ss.screen_estimate_line(timed, 41.7)
     assert "no production restart" in line and "4 requests to production (192 tokens)" in line
     assert line.endswith("it took 42 s") and ss.screen_estimate_line(None) == "screen: not run"
+
+
+def test_the_report_says_which_kept_candidates_the_host_was_too_busy_to_time() -> None:
+    import json
+    from pathlib import Path
+
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report
+
+    # the recorded win-bed screen (busy host): every candidate unreliable, so none screened out even at 1.2x
+    screen = json.loads((Path(__file__).parent / "fixtures" / "screen" / "win_screen.json").read_text())["screen"]
+    configs = [{"name": "baseline", "env": {}}, *({"name": n, "env": {}} for n in screen["candidates"])]
+    decision = dict(ss.screen_select(screen, configs, "baseline", 1.2, 3), screen=screen)
+    assert decision["screened_out"] == [] and len(decision["unreliable"]) == 3
+    rows = {line.split(" | ")[0][2:]: line for line in _report._screen_lines({"screen": decision}) if "| measured |" in line}
+    assert set(rows) == set(screen["candidates"]) and all("UNRELIABLE, the host was busy" in r for r in rows.values())
+    # the same screen on a host it could trust: the noisy draft's bound (1.11x) is below 1.2x, the others' above
+    for row in screen["candidates"].values():
+        for k in row["k"].values():
+            k.update(unreliable=False, unreliable_why=None)
+    decision = dict(ss.screen_select(screen, configs, "baseline", 1.2, 3), screen=screen)
+    assert [r["name"] for r in decision["screened_out"]] == ["draft-noisy-n4"]
+    lines = _report._screen_lines({"screen": decision})
+    assert any("draft-n4 | measured" in line and "at most 3.64x at the fastest timings" in line for line in lines)

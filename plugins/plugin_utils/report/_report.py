@@ -242,13 +242,18 @@ def _screen_lines(env: Mapping[str, Any]) -> list[str]:
     for row in decision.get("screened_out") or []:
         lines.append(f"| {row['name']} | **SCREENED OUT** | {row['k']} | {row['mean_accepted_len']:.2f} | "
                      f"{row['speedup']:.2f}x [{row['low'] / rate:.2f}, {row['speedup_high']:.2f}] | {row['why']} |")
+    busy = {r.get("name"): r for r in decision.get("unreliable") or [] if isinstance(r, Mapping)}
     for name in decision.get("keep") or []:
         row = found.get(name)
         if row and row.get("screenable") and row.get("k") and rate > 0:
             best = row["k"][str(row["best_k"])]
+            bound = (f" (at most {best['bound_speedup']:.2f}x at the fastest timings)"
+                     if isinstance(best.get("bound_speedup"), (int, float)) else "")
+            why = (f"UNRELIABLE, the host was busy ({busy[name].get('why')}): the rounds measure it" if name in busy
+                   else f"can reach the planned speedup{bound}: the rounds confirm it")
             lines.append(f"| {name} | measured | {row['best_k']} | {best['mean_accepted_len']:.2f} | "
                          f"{best['predicted_tok_s'] / rate:.2f}x [{best['low'] / rate:.2f}, {best['high'] / rate:.2f}]"
-                         " | can reach the planned speedup: the rounds confirm it |")
+                         f" | {why} |")
     for row in decision.get("unscreened") or []:
         lines.append(f"| {row['name']} | not screened | - | - | - | {row['why']} |")
     lines += ["", f"Production restarts saved: {decision.get('restarts_saved', 0)}. A screened-out config has no verdict: "
