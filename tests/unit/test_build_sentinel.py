@@ -412,3 +412,37 @@ def test_a_module_killed_while_measuring_speed_after_the_switch_leaves_a_host_th
     assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
     assert f"systemctl restart {UNIT}" in (tmp_path / "calls").read_text().splitlines()
 
+
+
+class DeadClient:
+    """A server that never answers a completion (a canary stuck after /health): the request times out."""
+
+    def __init__(self) -> None:
+        self.api_key: str | None = None
+
+    def spec_counters(self) -> Dict[str, Any]:
+        return {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": []}
+
+    def complete(self, prompt: Any, api: str = "llamacpp") -> Dict[str, Any]:
+        raise sen.SpecdecError("POST http://127.0.0.1:40123/completion: timed out after 120 s")
+
+    def url(self, path: str) -> str:
+        return "http://127.0.0.1:40123" + path
+
+
+def test_a_canary_that_never_answers_is_one_line_and_production_keeps_its_key(tmp_path: Path) -> None:
+    clients: List[DeadClient] = []
+
+    def client(url: str, timeout: float) -> DeadClient:
+        clients.append(DeadClient())
+        return clients[-1]
+
+    argv = [*PROD_ARGV, "--api-key", "k1,k2"]
+    sentinel = sen.Sentinel(state_dir=_state(tmp_path, _evidence()), client=client)
+    plan = sentinel.plan(_serving(argv))
+    assert plan is not None and plan["api_key"] == "k1"
+    with pytest.raises(sen.SentinelError, match=r"^build new-cpu with config 'draft-n3' on llama-server.service: the "
+                       r"canary could not be judged: .*timed out after 120 s; production was not changed$"):
+        sentinel.judge(plan, 40123)
+    assert [c.api_key for c in clients] == ["k1", "k1"]  # the canary runs production's command line: the same key
+    assert sen._api_key({"argv": PROD_ARGV, "env": {"LLAMA_API_KEY": "e1"}}) == "e1"

@@ -117,6 +117,13 @@ def promoted_traffic(evidence: Mapping[str, Any]) -> Dict[str, Any]:
             "rate_low": min(rates) if rates else None, "rate_high": max(rates) if rates else None}
 
 
+def _api_key(serving: Mapping[str, Any]) -> Optional[str]:
+    """Production's own key (``--api-key`` or ``LLAMA_API_KEY``): the sentinel's requests need it where it is set."""
+    argv = [str(a) for a in serving.get("argv") or []]
+    given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--api-key"]
+    return given[-1].split(",")[0] if given else (serving.get("env") or {}).get("LLAMA_API_KEY") or None
+
+
 def _options(argv: Sequence[str], env: Mapping[str, str]) -> Dict[str, Any]:
     """The speculative options as llama-server reads them; a flag the pinned table does not know is left to the
     build's own flag table (``build/_build_help``), which judges it against the new build's --help."""
@@ -273,7 +280,7 @@ class Sentinel:
         return {"unit": unit, "build": serving.get("build"), "config": traffic["config"], "run_id": traffic["run_id"],
                 "evidence": path, "api": traffic["api"], "production": f"http://127.0.0.1:{int(serving['port'])}",
                 "prompts": prompts, "measured_acceptance": traffic["measured_acceptance"],
-                "rate_low": traffic["rate_low"], "rate_high": traffic["rate_high"],
+                "rate_low": traffic["rate_low"], "rate_high": traffic["rate_high"], "api_key": _api_key(serving),
                 # a canary on other hardware cannot show speed: measured on the unit after the switch instead
                 "after_switch": self.other_hardware() and self.speed_margin > 0,
                 "args": ["--metrics", "--parallel", "1"], "ctx_size": ctx, "seconds": self.timeout}
@@ -287,7 +294,7 @@ class Sentinel:
         if missing:
             shown = ", ".join(f"{s!r} ({traffic['shapes'][s].get('source') or 'its file'})" for s in missing)
             raise SentinelError(f"{where} was measured on declared traffic {shown}, which was not given or is gone: "
-                                "give the same files as spec_ab_traffic (llamacpp_build_sentinel_traffic), or set "
+                                "give the same files as specdec_ab_traffic (llamacpp_build_sentinel_traffic), or set "
                                 "llamacpp_build_sentinel: false")
         custom = _traffic.load_traffic([dict(given[s], n_predict=given[s].get("n_predict")
                                              or traffic["shapes"][s]["n_predict"]) for s in custom_names],
@@ -311,6 +318,9 @@ class Sentinel:
     def judge(self, plan: Mapping[str, Any], canary_port: int) -> Dict[str, Any]:
         production = self.client(plan["production"], float(self.timeout))
         canary = self.client(f"http://127.0.0.1:{int(canary_port)}", float(self.timeout))
+        for client in (production, canary):  # the canary runs production's command line: the same key
+            if plan.get("api_key") and hasattr(client, "api_key"):
+                client.api_key = plan["api_key"]
         what = f"build {plan['build']} with config {plan['config']!r} on {plan['unit']}"
         try:
             c_before = canary.spec_counters()
@@ -402,6 +412,8 @@ class Sentinel:
         it by more than ``speed_margin`` is a regression (raised unless ``accept_slower``)."""
         what = f"build {plan['build']} with config {plan['config']!r} on {plan['unit']}"
         client = self.client(plan["production"], float(self.timeout))
+        if plan.get("api_key") and hasattr(client, "api_key"):
+            client.api_key = plan["api_key"]
         try:
             replies = [client.complete(prompt, plan["api"]) for prompt in plan["prompts"]]
         except SpecdecError as exc:
