@@ -42,7 +42,8 @@ def regressed_server() -> str | None:
 REGRESSED = regressed_server()
 needs_regressed = pytest.mark.skipif(
     REGRESSED is None, reason="the regressed llama-server is not built: `make llama-server-regressed` "
-    "(tests/testbed/build_llama_server_regressed.sh; seconds once `make llama-server` filled ccache) builds it")
+    "(tests/testbed/build_llama_server_regressed.sh; about 1.5 minutes on two cores once `make llama-server` filled "
+    "ccache) builds it")
 
 
 # ------------------------------------------------------------------ the sentinel on two real builds
