@@ -15,7 +15,7 @@ from typing import Any
 
 from ansible.utils.display import Display
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PREFIXES = ("specdec_", "spec_ab_", "spec_preflight_", "llamacpp_serve_", "llamacpp_build_", "vllm_serve_",
             "spec_watch_")
 # An older name -> the one name of the setting. Each keeps working (the roles still read it) until 1.0.0.
