@@ -133,39 +133,39 @@ options:
     description: Check each unit's running command line and environment against the new build's C(--help) first.
     type: bool
     default: true
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel:
     description: Judge the canary of a unit with a promoted config on that config's speculation (see above).
     type: bool
     default: true
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_margin:
     description: Acceptance (accepted / drafted tokens, 0-1) the canary may lose to production on the same prompts.
     type: float
     default: 0.05
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_mean_len_margin:
     description: Mean accepted length (tokens) the canary may lose to production, where both counters are clean.
     type: float
     default: 0.25
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_speed_margin:
     description: Fraction of production's decode rate (median over prompts) the canary may lose; C(0) does not judge
       speed. Not judged where O(canary_args) put the canary on other hardware (C(--n-gpu-layers 0)).
     type: float
     default: 0.2
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_prompts:
     description: Prompts per shape of the promoted run's traffic.
     type: int
     default: 4
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_timeout:
     description: Seconds the sentinel may take per unit (each request's timeout, and added to the canary's lifetime
       and the units' lock).
     type: int
     default: 600
-    version_added: 0.3.0
+    version_added: 0.2.0
   sentinel_traffic:
     description:
       - The operator's declared traffic the promoted run was measured on, as M(llmfleet.specdec.spec_bench)'s
@@ -174,19 +174,19 @@ options:
     type: list
     elements: dict
     default: []
-    version_added: 0.3.0
+    version_added: 0.2.0
   speed_after_switch:
     description: Where the canary runs on other hardware, measure the promoted config's speed on the unit after the
       switch (role C(llamacpp_build) sets it on the rollout's first host only).
     type: bool
     default: true
-    version_added: 0.3.0
+    version_added: 0.2.0
   accept_slower:
     description: Go ahead past a sentinel regression; the verdict is recorded in the build record with
       C(accepted_slower=true).
     type: bool
     default: false
-    version_added: 0.3.0
+    version_added: 0.2.0
   keep_what_runs:
     description:
       - For a switch forced past a change pending on disk (a unit's running process differs from what a restart
