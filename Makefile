@@ -39,11 +39,12 @@ packages:
 	if [ -n "$$missing" ]; then echo "installing$$missing with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-# What `make test` builds once and caches under $(CACHE): llama-server, the vLLM venv and models, the maintainer
+# What `make test` builds once and caches under $(CACHE): llama-server (and its regressed twin, for the build sentinel's
+# test), the vLLM venv and models, the maintainer
 # tools, the container images and the test models. Side by side, because on a machine without the caches the compile
 # keeps the CPUs busy while the rest mostly waits on downloads and the disk; with the caches warm each is a check.
 prepare: packages venv collection
-	@start=$$SECONDS; $(MAKE) --no-print-directory -j4 --output-sync=target llama-server vllm-testbed tools images models win-models; \
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j4 --output-sync=target llama-server llama-server-regressed vllm-testbed tools images models win-models; \
 	rc=$$?; echo "prepare: $$((SECONDS - start)) s"; exit $$rc
 
 # The container images: the systemd host, the SSH host, the execution environment and the build host.
@@ -225,7 +226,7 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q --durations=15 tests/unit
 
-test-integration: venv collection llama-server vllm-testbed
+test-integration: venv collection llama-server llama-server-regressed vllm-testbed
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q --durations=15 tests/integration
 
 # ---------------------------------------------------------------------------------------------------------------
