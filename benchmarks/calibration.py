@@ -78,7 +78,7 @@ def start_offset(rng: random.Random, sd: float, kind: str = "normal", mode: tupl
 def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[str, float], *,
             max_rounds: int = _design.MAX_ROUNDS, sequential: bool = True, noise: dict[str, float] | None = None,
             kind: str = "normal", mode: tuple[float, float] | None = None,
-            win_margin: float = _confirm.WIN_MARGIN) -> dict[str, Any]:
+            win_margin: float = _confirm.WIN_MARGIN, spread_warning: bool = False) -> dict[str, Any]:
     """One simulated run through the sequential design: the verdicts, the recommendation, the starts used.
     ``noise``: a config's start SD as a multiple of ``sigma`` (unequal noise; 1 where not named). The
     recommendation is what the role recommends and promote.yml promotes: the WIN with the largest estimate among
@@ -105,7 +105,9 @@ def sim_run(effects: dict[str, float], sigma: float, seed: Any, weights: dict[st
     wins = [n for n, v in out["verdicts"].items() if v["verdict"] == _design.WIN]
     practical = [n for n in wins if _confirm.practical(out["verdicts"][n], win_margin)]
     pick = max(practical, key=lambda n: out["verdicts"][n]["ratio"]) if practical else None
+    warning = _confirm.noisier_config(cells, "baseline") if spread_warning else None
     return {"wins": wins, "pick": pick, "pick_ratio": out["verdicts"][pick]["ratio"] if pick else None,
+            "spread_warning": (warning[0] if warning and math.sqrt(warning[3]) > _confirm.SPREAD_WARN else None),
             "starts": starts, "verdicts": {n: v["verdict"] for n, v in out["verdicts"].items()}}
 
 
@@ -187,16 +189,21 @@ def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, A
     rows = []
     weights = {s: 0.25 for s in SIM_SHAPES}
     for scenario, spec in NOISE_SCENARIOS.items():
-        hits = recs = 0
+        hits = recs = warned = named = 0
+        noisy = [n for n, k in (spec.get("noise") or {}).items() if k != 1.0]
         t0 = time.monotonic()
         for i in range(runs):
             r = sim_run(spec["effects"], sigma, f"noise:{scenario}:{i}", weights, max_rounds=max_rounds,
-                        noise=spec.get("noise"), kind=spec.get("kind", "normal"), mode=spec.get("mode"))
+                        noise=spec.get("noise"), kind=spec.get("kind", "normal"), mode=spec.get("mode"),
+                        spread_warning=True)
             hits += bool(r["wins"])
             recs += r["pick"] is not None
+            warned += r["spread_warning"] is not None
+            named += r["spread_warning"] is not None and r["spread_warning"] in noisy
         low, high = _design.rate_interval(hits, runs)
         rows.append({"scenario": scenario, "sigma": sigma, "runs": runs, "false_win_runs": hits,
                      "false_win": hits / runs, "low": low, "high": high, "false_recommendation_runs": recs,
+                     "spread_warning_runs": warned, "noisy": noisy, "named_runs": named if noisy else None,
                      "seconds": round(time.monotonic() - t0, 1)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -205,13 +212,18 @@ def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, A
 def print_noise(rows: list[dict[str, Any]], max_rounds: int) -> None:
     print(f"\nUnequal noise and skewed starts, every candidate null (at most {max_rounds} rounds, alpha "
           f"{_design.ALPHA}): runs with any false WIN, with the 95 % Clopper-Pearson interval.\n")
-    print("| scenario | start SD | runs | family-wise false WIN | 95 % interval | false recommendation |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("The unequal-spread warning: runs in which it fired (a false alarm where every config's noise is the "
+          "same), and runs in which it named the config that is truly noisier.\n")
+    print("| scenario | start SD | runs | family-wise false WIN | 95 % interval | false recommendation | "
+          "spread warning | names the noisy config |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        recs = r.get("false_recommendation_runs")
+        recs, warned, named = r.get("false_recommendation_runs"), r.get("spread_warning_runs"), r.get("named_runs")
         print(f"| {r['scenario']} | {r['sigma']:g} | {r['runs']} | {r['false_win_runs']} "
               f"({100 * r['false_win']:.1f} %) | [{100 * r['low']:.1f}, {100 * r['high']:.1f}] % | "
-              + ("-" if recs is None else f"{recs} ({100 * recs / r['runs']:.1f} %)") + " |")
+              + ("-" if recs is None else f"{recs} ({100 * recs / r['runs']:.1f} %)") + " | "
+              + ("-" if warned is None else f"{warned} ({100 * warned / r['runs']:.1f} %)") + " | "
+              + ("-" if named is None else f"{named} ({100 * named / r['runs']:.1f} %)") + " |")
 
 
 def print_sim(rows: list[dict[str, Any]], max_rounds: int) -> None:

@@ -338,6 +338,33 @@ def _f_upper(x: float, d1: float, d2: float) -> float:
     return _stats._betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
 
 
+def residual_maker(cells: Mapping[str, Mapping[Any, float]], baseline: str
+                   ) -> tuple[list[tuple[str, Any]], list[list[float]]] | None:
+    """The cells the block model fits (as (config, round), in a fixed order) and its residual-maker matrix
+    I - X (X'X)^-1 X': residuals = M y. None where the model cannot be fitted."""
+    base = cells.get(baseline) or {}
+    blocks = sorted(base, key=repr)
+    if not blocks:
+        return None
+    names = [baseline] + [n for n in cells if n != baseline and any(r in base for r in cells[n])]
+    col = {n: i for i, n in enumerate(names)}
+    bcol = {r: len(names) + i - 1 for i, r in enumerate(blocks) if i > 0}
+    p = len(names) + len(blocks) - 1
+    index = [(n, r) for n in names for r in sorted(cells[n], key=repr) if r in base]
+    rows = [[col[n]] + ([bcol[r]] if r in bcol else []) for n, r in index]
+    xtx = [[0.0] * p for _dummy in range(p)]
+    for idx in rows:
+        for i in idx:
+            for j in idx:
+                xtx[i][j] += 1.0
+    inv = _solve_inverse(xtx)
+    if inv is None or len(index) <= p:
+        return None
+    m = [[(1.0 if a == b else 0.0) - sum(inv[i][j] for i in ra for j in rb) for b, rb in enumerate(rows)]
+         for a, ra in enumerate(rows)]
+    return index, m
+
+
 def welch_df(var_a: float, var_b: float, df_a: float, df_b: float, pooled_df: float) -> float:
     """Welch-Satterthwaite's degrees of freedom of ``var_a + var_b`` (two variance estimates with ``df_a`` and
     ``df_b``), between the smaller of the two and their sum, never above ``pooled_df``; rounded down to a tenth
