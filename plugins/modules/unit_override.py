@@ -392,11 +392,16 @@ ARGUMENT_SPEC = dict(
 
 
 def hide_in_diff(entry: dict) -> dict:
-    """A diff entry with each ``NAME=value`` line of a variable whose name looks secret shown as ``NAME=********``."""
-    def hide(text: str) -> str:
+    """A diff entry with each ``NAME=value`` line of a variable whose name looks secret shown as ``NAME=********``;
+    a side given as a mapping (the drop-in's state, not its text) has such a key's value masked instead."""
+    def hide(side: object) -> object:
+        if isinstance(side, dict):
+            return {key: MASK if looks_secret(str(key)) else hide(value) for key, value in side.items()}
+        if not isinstance(side, str):
+            return side
         return "".join(f"{line.partition('=')[0]}={MASK}\n" if looks_secret(line.partition("=")[0].strip()) and "=" in line
-                       else line for line in text.splitlines(keepends=True))
-    return dict(entry, before=hide(entry.get("before") or ""), after=hide(entry.get("after") or ""))
+                       else line for line in side.splitlines(keepends=True))
+    return dict(entry, **{key: hide(entry[key]) for key in ("before", "after") if key in entry})
 
 
 def main() -> None:

@@ -118,3 +118,14 @@ def test_apply_pending_and_keep_what_runs_are_one_or_the_other() -> None:
     params = {"unit": "llama-server", "state": "absent", "restart": True, "keep_what_runs": True, "apply_pending": True}
     with pytest.raises(SpecdecError, match="apply_pending=true and keep_what_runs=true say opposite things"):
         run_unit_override(params, run=lambda argv: (0, "", ""), check_mode=True, python="/usr/bin/python3")
+
+
+def test_a_check_mode_candidates_diff_shows_the_override_files_as_they_are_and_will_be(host: cm.Host) -> None:
+    """The diff of present (check mode) is the transient drop-in and env file on disk against what would be written:
+    nothing there before. (The env file's "before" was once production's whole effective env as a mapping, which the
+    secret masking of the diff could not read: molecule/default's check-mode present failed on it.)"""
+    result = host.manager(check_mode=True).present(cm.UNIT, cm._config(DRAFT), 900)
+    dropin, env_file = result["diff"]
+    assert dropin["before"] == "" and env_file["before"] == ""
+    assert isinstance(env_file["after"], str) and "LLAMA_ARG_SPEC_TYPE=draft-simple" in env_file["after"]
+    assert "[Service]" in dropin["after"] and host.leftovers() == []

@@ -206,3 +206,15 @@ def test_a_candidates_own_secret_is_masked_in_the_report_and_never_promoted() ->
     wrapper_report = {"run_id": "r1", "configs": [{"name": "hub", "rendering": reported[1]["rendering"]}]}
     with pytest.raises(RenderError, match="'hub' of run r1 sets HF_TOKEN, whose value the report hides"):
         exec_promotion(wrapper_report, "hub", {"unit": UNIT, "kind": "wrapper", "form": "env"})
+
+
+def test_a_diff_side_given_as_a_mapping_is_masked_not_split() -> None:
+    """unit_override's diff carries the drop-in's state as a mapping on some entries (molecule/default's check-mode
+    present with diff: a dict has no lines): its secret-looking keys are masked, the rest kept as they are."""
+    from ansible_collections.llmfleet.specdec.plugins.modules.unit_override import hide_in_diff
+
+    entry = {"before": {"state": "absent"}, "after": {"state": "present", "env": {"HF_TOKEN": TOKEN, "LLAMA_ARG_PORT": "8080"}}}
+    shown = hide_in_diff(entry)
+    assert shown == {"before": {"state": "absent"}, "after": {"state": "present", "env": {"HF_TOKEN": "********",
+                                                                                          "LLAMA_ARG_PORT": "8080"}}}
+    assert hide_in_diff({"prepared": "restart llama-server"}) == {"prepared": "restart llama-server"}

@@ -377,9 +377,9 @@ class UnitOverride:
             except SpecdecError as exc:
                 raise UnitOverrideError(f"{exc}; nothing was written") from None
         else:  # a server behind a wrapper or on the unit's own line answers where its command line says
-            env_now, own = effective_env(base, config), dict(config.assignments, **dict.fromkeys(config.unset))
-            host, port = (live_unit.wrapper_endpoint(unit, self.run, env_now, proc=self.proc.proc, run_dir=self.run_dir,
-                                                     candidate=own) or endpoint_of(env_now, unit))
+            served, own = effective_env(base, config), dict(config.assignments, **dict.fromkeys(config.unset))
+            host, port = (live_unit.wrapper_endpoint(unit, self.run, served, proc=self.proc.proc, run_dir=self.run_dir,
+                                                     candidate=own) or endpoint_of(served, unit))
             prod_host, prod_port = self.production_endpoint(paths, base)
         pid = int(info.get("MainPID") or 0)
         serving = (files_match and paths.dropin in info.get("DropInPaths", "").split()
