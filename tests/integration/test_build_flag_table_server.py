@@ -48,7 +48,7 @@ def test_the_real_help_is_the_pinned_flag_table(llama_server_bin: str) -> None:
 
 
 def test_the_real_binary_exits_on_what_the_flag_table_refuses(llama_server_bin: str, standard_models: Dict[str, Path],
-                                                                  tmp_path: Path) -> None:
+                                                              tmp_path: Path) -> None:
     """The refusal is the server's own behaviour: `--spec-type mtp` makes the pinned binary exit 1 before loading."""
     server = LlamaServer(standard_models["target.gguf"], binary=llama_server_bin, log_dir=tmp_path,
                          args=["--spec-type", "mtp"])

@@ -126,7 +126,7 @@ def bed(llama_server_bin: str, standard_models: Dict[str, Path], tmp_path: Path)
 
 
 def test_the_unchanged_build_passes_its_judged_canary_and_becomes_current(bed: Callable[[str], Dict[str, Any]],
-                                                                         llama_server_bin: str) -> None:
+                                                                          llama_server_bin: str) -> None:
     b = bed(llama_server_bin)
     result = b["activation"].activate(b["params"])
     assert b["host"].current == "new-cpu" and result["restarted"] == [UNIT]

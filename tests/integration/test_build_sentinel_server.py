@@ -61,7 +61,7 @@ def _evidence(models: Dict[str, Path], rate: float = 1000.0) -> Dict[str, Any]:
         {"name": "baseline", "chain": [], "rendering": {"env": {"LLAMA_ARG_MODEL": str(models["target.gguf"])}}},
         {"name": "draft-n3", "chain": ["draft-simple"], "rendering": {"env": env}}],
         "entries": [{"config": "draft-n3", "round": 0, "bench": {"api": "llamacpp", "shapes": shapes,
-                                                                  "requests": requests}}]}
+                                                                 "requests": requests}}]}
     return {"schema": "llmfleet.specdec/promoted/1", "unit": "llama-server", "config": "draft-n3",
             "run_id": "sentinel-it", "report": report}
 

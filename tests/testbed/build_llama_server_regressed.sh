@@ -76,6 +76,8 @@ compile() {  # $1: the work dir as the compiler sees it
 if [ "$(id -u)" = 0 ] && mkdir -p "$first" && unshare -m --propagation private true 2>/dev/null; then
   export -f compile
   export cache version jobs
+  # the single quotes are on purpose: $0 and $1 are the inner shell's arguments (the two paths after the script)
+  # shellcheck disable=SC2016
   unshare -m --propagation private bash -euo pipefail -c 'mount --bind "$0" "$1" && compile "$1"' "$work" "$first"
 else
   compile "$work"

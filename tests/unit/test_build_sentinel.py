@@ -39,7 +39,7 @@ def _evidence(model: str = "/m/target.gguf", shapes: Dict[str, Any] | None = Non
     report = {"run_id": "r1", "configs": [{"name": "baseline", "chain": [], "rendering": {"env": {"LLAMA_ARG_MODEL": model}}},
                                           {"name": "draft-n3", "chain": ["draft-simple"], "rendering": {"env": env}}],
               "entries": [{"config": "draft-n3", "round": 0, "bench": {"api": "llamacpp", "shapes": shapes,
-                                                                        "requests": [_req("prose", 0, 30, 27)]}}]}
+                                                                       "requests": [_req("prose", 0, 30, 27)]}}]}
     return {"schema": "llmfleet.specdec/promoted/1", "config": "draft-n3", "run_id": "r1", "report": report}
 
 
@@ -50,8 +50,9 @@ def _state(tmp_path: Path, evidence: Any, name: str = "llama-server") -> str:
     return str(tmp_path / "state")
 
 
-def _serving(argv: Sequence[str] = PROD_ARGV, env: Dict[str, str] | None = None) -> Dict[str, Any]:
-    return {"unit": UNIT, "argv": list(argv), "env": env or {}, "port": 8080, "build": "new-cpu"}
+def _serving(argv: Sequence[str] | None = None, env: Dict[str, str] | None = None) -> Dict[str, Any]:
+    return {"unit": UNIT, "argv": list(PROD_ARGV if argv is None else argv), "env": env or {}, "port": 8080,
+            "build": "new-cpu"}
 
 
 def test_the_plan_replays_the_promoted_runs_shapes_at_their_budgets_on_a_canary_with_counters(tmp_path: Path) -> None:
@@ -209,8 +210,9 @@ class FakeSentinel:
     def judge(self, plan: Dict[str, Any], port: int) -> Dict[str, Any]:
         self.judged.append(port)
         if self.refuse:
-            raise sen.SentinelError("build new-cpu with config 'draft-n3' is a regression: acceptance 61.7 % against "
-                                    "production's 90.0 %", {"regressions": ["acceptance"]})
+            raise sen.SentinelError(  # pylint: disable=raising-format-tuple (a message and its details, no formatting)
+                "build new-cpu with config 'draft-n3' is a regression: acceptance 61.7 % against production's 90.0 %",
+                {"regressions": ["acceptance"]})
         return {"unit": plan["unit"], "accepted_slower": False, "regressions": []}
 
 
@@ -273,8 +275,8 @@ def _cpu_plan(tmp_path: Path, rates: Sequence[float] = (40.0, 44.0)) -> Dict[str
     evidence = _evidence()
     evidence["report"]["entries"] = [
         {"config": "draft-n3", "round": i, "bench": {"api": "llamacpp", "shapes": evidence["report"]["entries"][0]["bench"]
-                                                       ["shapes"], "requests": [dict(_req("prose", 0, 30, 27),
-                                                                                     predicted_per_second=r)]}}
+                                                     ["shapes"], "requests": [dict(_req("prose", 0, 30, 27),
+                                                                                   predicted_per_second=r)]}}
         for i, r in enumerate(rates)]
     sentinel = sen.Sentinel(state_dir=_state(tmp_path, evidence), canary_args=["--n-gpu-layers", "0"], prompts=1)
     plan = sentinel.plan(_serving())
@@ -411,7 +413,6 @@ def test_a_module_killed_while_measuring_speed_after_the_switch_leaves_a_host_th
     assert host.current == "old-cpu"
     assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
     assert f"systemctl restart {UNIT}" in (tmp_path / "calls").read_text().splitlines()
-
 
 
 class DeadClient:

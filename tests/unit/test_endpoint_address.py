@@ -71,7 +71,7 @@ def test_the_other_loopback_address_is_refused_naming_its_server(two_loopbacks: 
         bo.check_owner(UNIT, f"http://127.0.0.2:{port}", systemctl)
     message = str(info.value)
     assert f"port {port} of http://127.0.0.2:{port} (address 127.0.0.2, port {port}) is held by pid {other} " in message
-    assert str(os.getpid()) not in message.split("not by")[0]  # the unit is not among the holders named
+    assert str(os.getpid()) not in message.split("not by", maxsplit=1)[0]  # the unit is not among the holders named
     unit = {"unit": UNIT, "kind": "direct", "running": {"pid": os.getpid()}, "endpoint": {"url": f"http://127.0.0.1:{port}"}}
     problem = endpoint_problem(unit, f"http://127.0.0.2:{port}", systemctl)
     assert problem.startswith(f"specdec_endpoint http://127.0.0.2:{port} is not {UNIT}'s server: port {port} at "

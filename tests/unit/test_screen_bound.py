@@ -145,7 +145,7 @@ def _fastest_kept(delays: list[float], factor: float = 1.0) -> Delay:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(delays=st.lists(st.floats(0.0, 5000.0, allow_nan=False), min_size=1, max_size=40),
        copy_factor=st.floats(0.05, 20.0), fit=st.one_of(st.none(), st.tuples(st.floats(0.0, 500.0),
-                                                                           st.floats(0.0, 100.0))))
+                                                                             st.floats(0.0, 100.0))))
 def test_extra_delay_never_turns_a_keep_into_a_screen_out(delays: list[float], copy_factor: float,
                                                           fit: tuple[float, float] | None) -> None:
     # busy time on every repeat but the fastest, a copy of the target whose correction came out anything, a
@@ -175,7 +175,7 @@ def test_a_uniformly_slower_host_screens_out_nothing_more(factor: float, delays:
 @given(step_delays=st.lists(st.floats(0.0, 5000.0, allow_nan=False), min_size=1, max_size=16),
        other=st.lists(st.floats(0.0, 5000.0, allow_nan=False), min_size=1, max_size=40))
 def test_busy_time_on_every_repeat_of_productions_step_only_keeps_more(step_delays: list[float],
-                                                                        other: list[float]) -> None:
+                                                                       other: list[float]) -> None:
     # every one of production's step samples delayed, its fastest too: production looks slower, so the bound
     # only rises (or the spread marks the screen unreliable); nothing kept is screened out
     kept = _fastest_kept(other)

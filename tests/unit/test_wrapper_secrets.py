@@ -52,7 +52,7 @@ def wrapped(tmp_path: Path) -> Iterator[Tuple[Path, int]]:
     # argv[0] llama-server (the server's name in /proc/<pid>/cmdline), run by this interpreter: "-c" is its code
     server = subprocess.Popen(["llama-server", "-c", SERVER], executable=sys.executable, env=environ)
     try:
-        for _ in range(200):  # until the child has exec'd (its cmdline is the server's)
+        for _attempt in range(200):  # until the child has exec'd (its cmdline is the server's)
             raw = Path(f"/proc/{server.pid}/cmdline").read_bytes()
             if raw.startswith(b"llama-server\x00"):
                 break
@@ -165,7 +165,7 @@ def test_a_secret_that_differs_is_named_never_shown() -> None:
     diff = _drift.env_differences({}, {"VLLM_API_KEY": API_KEY})  # a watched variable only the live process has
     assert diff == {"VLLM_API_KEY": {"promoted": None, "live": "********"}}
     mismatch: List[str] = _unit_wrapper.environ_mismatch([("LLAMA_API_KEY", "new-secret-value")], [],
-                                                          {"LLAMA_API_KEY": API_KEY})
+                                                         {"LLAMA_API_KEY": API_KEY})
     assert mismatch == ["LLAMA_API_KEY: the server sees '********', the drop-in set '********'"]
     assert os.environ.get("HF_TOKEN") != TOKEN  # the test planted it in its child only
 

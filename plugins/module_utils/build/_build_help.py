@@ -151,6 +151,6 @@ def check(call: Callable[[List[str]], Tuple[int, str, str]], binary: str,
             tables[path] = help_table(out) if rc == 0 else None
     if tables[binary] is None:
         return [(units[0][0] if units else "-", [f"`{binary} --help` failed, so its flag table cannot be read "
-                                                  "(rebuild it)"])]
+                                                 "(rebuild it)"])]
     found = [(unit, refusals(tables[binary], argv, env, tables[exe])) for unit, exe, argv, env in units]
     return [(unit, why) for unit, why in found if why]

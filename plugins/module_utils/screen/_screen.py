@@ -38,17 +38,11 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load
     drafter_spreads,
     production_spreads,
 )
-from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import (  # noqa: F401 (the screen's names)
-    ScreenError,
-    SideServer,
-    free_port,
-    port_free,
-)
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import ScreenError, SideServer, free_port
 
 TRAINED = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 RESAMPLES = 400
-
 
 
 # ---------------------------------------------------------------------------------------------

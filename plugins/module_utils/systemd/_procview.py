@@ -132,7 +132,7 @@ def endpoint_addresses(url: str) -> Tuple[List[IPAddress], str]:
         return [], f"its host {host!r} does not resolve ({exc})"
     out: List[IPAddress] = []
     for _family, _type, _proto, _name, sockaddr in found:
-        address = _plain(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
+        address = _plain(ipaddress.ip_address(str(sockaddr[0]).split("%", maxsplit=1)[0]))
         if address not in out:
             out.append(address)
     return out, ""

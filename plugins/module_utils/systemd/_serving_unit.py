@@ -380,7 +380,6 @@ def unit_endpoint(description: Mapping[str, Any]) -> Dict[str, Any]:
     return {"host": host, "port": port, "url": f"http://{shown}:{port}"}
 
 
-
 def production_endpoint(unit: str, run: Runner, *, proc: str = "/proc", run_dir: str = "/run") -> Tuple[str, int] | None:
     """A hand-written unit's endpoint from its command line; None for a form env unit. One that cannot be read now
     (a failed candidate left no server to read; a promoted drop-in renamed on disk, which systemd still lists until
