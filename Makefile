@@ -20,14 +20,22 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 all: test
 
-$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt
+# .venv is a link to a venv cached under $(CACHE) by a hash of the files it is built from (and the interpreter's
+# version), so a fresh clone with the cache warm installs nothing; a change of pin builds a fresh one beside it.
+VENV_INPUTS := requirements.txt requirements-test.txt constraints.txt
+VENV_CACHE := $(CACHE)/venv-$(shell { cat $(VENV_INPUTS); $(PYTHON) -V 2>&1; } | sha256sum | cut -c1-12)
+$(VENV)/.installed: $(VENV_INPUTS)
 	@command -v cmake >/dev/null && command -v g++ >/dev/null && command -v ccache >/dev/null || { \
 	  echo "installing build tools (cmake, g++, ccache) with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make ccache >/dev/null; }
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-test.txt -c constraints.txt
-	touch $@
+	@if [ ! -f $(VENV_CACHE)/.built ]; then \
+	  echo "building the venv $(VENV_CACHE)"; rm -rf $(VENV_CACHE) && mkdir -p $(CACHE) && \
+	  $(PYTHON) -m venv $(VENV_CACHE) && \
+	  $(VENV_CACHE)/bin/python -m pip install -q --upgrade pip && \
+	  $(VENV_CACHE)/bin/python -m pip install -q -r requirements-test.txt -c constraints.txt && \
+	  touch $(VENV_CACHE)/.built || exit 1; fi
+	@if [ "$$(readlink $(VENV))" != "$(VENV_CACHE)" ]; then rm -rf $(VENV) && ln -sfn $(VENV_CACHE) $(VENV); fi
+	@touch $(VENV_CACHE)/.installed
 
 venv: $(VENV)/.installed
 
