@@ -250,11 +250,13 @@ test-integration: venv collection llama-server llama-server-regressed vllm-testb
 #   assert only what holds however busy the machine is (gates, counters, statuses; timers with room to spare). Each
 #   uses about one core, mostly Ansible's own work, so the two lanes run side by side, with nothing else beside.
 # - MOLECULE_ALONE: scenarios whose result is a speed itself (molecule/win's win), one at a time, nothing beside.
+# - MOLECULE_FULL_ONLY (below, with make test-full): scenarios make test leaves out, each named with what in make test
+#   still covers its feature against the real part.
 # A new scenario: light if it measures no speed, alone if what it shows is a speed, else an A/B lane; within a
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
-MOLECULE_AB_LANE_A ?= vllm fleet watch
+MOLECULE_AB_LANE_A ?= vllm watch
 MOLECULE_AB_LANE_B ?= ab abfaults units
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
@@ -298,6 +300,31 @@ test-integration-stage:
 # stage-NAME: `make NAME` as a stage named NAME (inside its lane's stage)
 stage-%:
 	@$(stage) $* $(MAKE) --no-print-directory $*
+
+# ---------------------------------------------------------------------------------------------------------------
+# make test-full: make test's stages, then what leaves make test to keep it within its budget (30 minutes warm, 45
+# cold on two cores; docs/testing.md, "make test and make test-full"), each as a stage of the same table: the
+# scenarios that only make test-full runs (MOLECULE_FULL_ONLY), the load soak, every vocabulary pair, every vLLM
+# oracle start, the fuzzer, the calibration and the newest ansible-core lane. About two hours on two cores.
+# fleet (three hosts, one broken mid-run, rolling batches): molecule/ab still runs two real hosts and their fleet
+# report in make test, and tests/unit/test_fleet.py the batches and a failing host through ansible-playbook.
+MOLECULE_FULL_ONLY ?= fleet
+FULL_STAGES := $(CURDIR)/.build/test-full-stages.tsv
+.PHONY: test-full test-full-stages
+test-full:
+	@mkdir -p .build; : > $(FULL_STAGES); \
+	export SPECDEC_STAGES=$(FULL_STAGES) SPECDEC_STAGES_T0=$$(date +%s); \
+	$(MAKE) --no-print-directory test-stages; \
+	$(MAKE) --no-print-directory test-full-stages; \
+	SPECDEC_WARN_AFTER=0 $(PYTHON) tests/suite/stage_table.py $(FULL_STAGES) "make test-full"
+test-full-stages:
+	@$(stage) "molecule full only" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_FULL_ONLY)" || true
+	@$(stage) "molecule load" $(MAKE) --no-print-directory test-load || true
+	@$(stage) "vocabulary pairs" $(MAKE) --no-print-directory test-vocab-pairs || true
+	@$(stage) "vllm oracle" $(MAKE) --no-print-directory test-vllm-oracle || true
+	@$(stage) fuzz $(MAKE) --no-print-directory fuzz || true
+	@$(stage) calibration $(MAKE) --no-print-directory benchmark-calibration || true
+	@$(stage) "newest ansible-core" $(MAKE) --no-print-directory test-newest-ansible || true
 
 # Soaks and sweeps keep their own targets (docs/testing.md, "Soaks and sweeps"); `make test` runs a seeded sample of each:
 # test-load (the load scenario), test-vocab-pairs (every vocabulary pair), fuzz (100,000 hostile headers),
@@ -362,7 +389,8 @@ endef
 # Real systemd in podman containers (molecule/): the role llamacpp_serve, module unit_override and
 # playbooks/rollback.yml against the real llama-server. The host image, the llama-server binary and the
 # models are cached under $(CACHE); containers are destroyed in every case. MOLECULE_SCENARIOS picks some.
-MOLECULE_SCENARIOS ?= $(MOLECULE_LANE_A) $(MOLECULE_LANE_B) $(MOLECULE_AB_LANE_A) $(MOLECULE_AB_LANE_B) $(MOLECULE_ALONE)
+MOLECULE_SCENARIOS ?= $(MOLECULE_LANE_A) $(MOLECULE_LANE_B) $(MOLECULE_AB_LANE_A) $(MOLECULE_AB_LANE_B) $(MOLECULE_ALONE) \
+  $(MOLECULE_FULL_ONLY)
 # The controller venv the scenarios run with (molecule, ansible-playbook and containers.podman come from it):
 # .venv, or the newest ansible-core lane's venv (test-newest-ansible gives MOLECULE_VENV=$(NEWEST)).
 MOLECULE_VENV ?= $(VENV)

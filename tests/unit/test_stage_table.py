@@ -89,3 +89,11 @@ def test_a_run_within_35_minutes_prints_no_warning(tmp_path: Path) -> None:
     tsv.write_text("prepare\t0\t60\tok\npytest unit\t60\t2040\tok\n")
     done = table(tsv)
     assert done.returncode == 0 and "WARNING" not in done.stdout, done.stdout
+
+
+def test_make_test_full_has_no_warning_line(tmp_path: Path) -> None:
+    tsv = tmp_path / "stages.tsv"
+    tsv.write_text("prepare\t0\t60\tok\nfuzz\t60\t7000\tok\n")
+    done = subprocess.run([sys.executable, str(TABLE), str(tsv), "make test-full"], capture_output=True, text=True,
+                          env=dict(os.environ, SPECDEC_WARN_AFTER="0"), check=False)
+    assert done.returncode == 0 and "WARNING" not in done.stdout and "make test-full, stage by stage" in done.stdout
