@@ -256,8 +256,8 @@ test-integration: venv collection llama-server llama-server-regressed vllm-testb
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
-MOLECULE_AB_LANE_A ?= vllm watch
-MOLECULE_AB_LANE_B ?= ab abfaults units
+MOLECULE_AB_LANE_A ?= vllm watch abfaults
+MOLECULE_AB_LANE_B ?= ab units
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
 stage := tests/suite/stage.sh
