@@ -256,7 +256,7 @@ test-integration: venv collection llama-server llama-server-regressed vllm-testb
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
-MOLECULE_AB_LANE_A ?= vllm watch abfaults
+MOLECULE_AB_LANE_A ?= vllm abfaults
 MOLECULE_AB_LANE_B ?= ab units
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
@@ -308,7 +308,9 @@ stage-%:
 # oracle start, the fuzzer, the calibration and the newest ansible-core lane. About two hours on two cores.
 # fleet (three hosts, one broken mid-run, rolling batches): molecule/ab still runs two real hosts and their fleet
 # report in make test, and tests/unit/test_fleet.py the batches and a failing host through ansible-playbook.
-MOLECULE_FULL_ONLY ?= fleet
+# watch (each drift kind caught on a real promotion): molecule/win still runs spec_watch.yml on its real promotion in
+# make test, and tests/unit/test_drift.py, test_watch_playbook.py and test_watch_textfile.py each drift kind.
+MOLECULE_FULL_ONLY ?= fleet watch
 FULL_STAGES := $(CURDIR)/.build/test-full-stages.tsv
 .PHONY: test-full test-full-stages
 test-full:
