@@ -17,11 +17,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets import MASK, is_masked, looks_secret
+from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _evidence
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _unit_command as uc
 
 SNAPSHOT_SCHEMA = "llmfleet.specdec/measured-on/1"
 WATCH_SCHEMA = "llmfleet.specdec/watch/1"
-EVIDENCE_SCHEMA = "llmfleet.specdec/promoted/1"
+EVIDENCE_SCHEMA = _evidence.EVIDENCE_SCHEMA
 
 # Every kind a watch can report. "drift" kinds mean production may no longer be the winner; "info" kinds mean the
 # watch could not judge something (no traffic in the window, an A/B run holds the unit) and say why.
@@ -85,32 +86,15 @@ def judge_lock(state: Mapping[str, Any], unit: str) -> Tuple[str, Optional[Dict[
 
 def check_evidence(evidence: Any, where: str) -> Dict[str, Any]:
     """The promoted evidence document, checked enough to be read; an unusable one fails naming the file."""
-    if not isinstance(evidence, Mapping) or evidence.get("schema") != EVIDENCE_SCHEMA:
-        raise DriftInputError(f"{where} is not a {EVIDENCE_SCHEMA} document; run playbooks/promote.yml again "
-                              "(it writes this file) or remove the file")
-    report = evidence.get("report")
-    if not isinstance(report, Mapping) or not isinstance(report.get("configs"), list):
-        raise DriftInputError(f"{where}: its 'report' holds no configs; run playbooks/promote.yml again")
-    name = evidence.get("config")
-    if not any(isinstance(c, Mapping) and c.get("name") == name for c in report["configs"]):
-        raise DriftInputError(f"{where}: the promoted config {name!r} is not a config of run {report.get('run_id')}; "
-                              "run playbooks/promote.yml again")
-    return dict(evidence)
+    return _evidence.check_evidence(evidence, where, DriftInputError)
 
 
-def promoted_config(evidence: Mapping[str, Any]) -> Dict[str, Any]:
-    name = evidence["config"]
-    return dict(next(c for c in evidence["report"]["configs"] if isinstance(c, Mapping) and c.get("name") == name))
+promoted_config = _evidence.promoted_config
 
 
 def promoted_env(evidence: Mapping[str, Any]) -> Dict[str, str]:
     """The env the promoted config's process received while it was measured (its rendering)."""
-    config = promoted_config(evidence)
-    env = (config.get("rendering") or {}).get("env")
-    if not isinstance(env, Mapping):
-        raise DriftInputError(f"the evidence of {evidence.get('config')!r} (run {evidence['report'].get('run_id')}) "
-                              "has no rendering.env; it predates one-rendering reports: re-run the A/B and promote")
-    return {str(k): str(v) for k, v in env.items()}
+    return _evidence.promoted_env(evidence, DriftInputError)
 
 
 def server_part(promoted: Mapping[str, str], evidence: Mapping[str, Any]) -> Dict[str, str]:
