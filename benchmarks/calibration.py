@@ -414,7 +414,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sim-runs", type=int, default=2000, help="simulated runs per scenario, sigma and mix; 0 skips")
     ap.add_argument("--sigmas", default="0.02,0.05,0.10")
     ap.add_argument("--scenarios", default="", help="only these simulation scenarios (comma-separated names, such as "
-                                                     "'null,one 1.2x'); all when empty")
+                    "'null,one 1.2x'); all when empty")
     ap.add_argument("--noise-runs", type=int, default=1000,
                     help="simulated runs per unequal-noise / skewed-start scenario; 0 skips")
     ap.add_argument("--noise-sigma", type=float, default=0.05, help="the steady configs' start SD there")
