@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats as st
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design as ds
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _dunnett as dn
 
 # Dunnett's tables (one control, m comparisons, equal group sizes: rho = 0.5), 5 %, one-sided and two-sided,
 # as printed in the published tables (Dunnett 1955 and 1964; two decimals).
@@ -56,7 +57,7 @@ def test_one_and_two_df_hold_down_to_alpha_one_percent(m, df, alpha, reference):
 def test_the_integral_itself_is_students_t_for_one_comparison_at_few_df():
     # dunnett_c(1, ...) is Student's t without integrating; the integral has to agree in the far tail too
     for df, q in ((1, 0.99), (1, 0.995), (2, 0.99), (2, 0.995)):
-        assert ds.mvt_max_cdf(st.t_quantile(q, df), 1, 0.5, df) == pytest.approx(q, abs=2e-5), (df, q)
+        assert dn.mvt_max_cdf(st.t_quantile(q, df), 1, 0.5, df) == pytest.approx(q, abs=2e-5), (df, q)
 
 
 def test_one_comparison_is_students_t_and_independence_is_sidak():
