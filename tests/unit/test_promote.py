@@ -222,3 +222,17 @@ def test_a_smoke_run_is_never_promoted_even_forced() -> None:
             promotion_record(smoke, "ngram-mod", force=force)
     assert promotion_record(dict(REPORT, confirmatory=dict(REPORT["confirmatory"], smoke=False)),
                             "ngram-mod")["verdict"] == "WIN"
+
+
+def test_a_win_of_a_run_that_withheld_its_recommendation_is_no_promotion() -> None:
+    """After a failed or incomplete baseline start the run recommends nothing (issue 49, item 6): promote.yml's gate
+    must say the same as the report, not promote the candidate's own WIN."""
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import confirmatory_gate
+
+    row = {"verdict": "WIN", "ratio": 1.5, "low": 1.3, "high": 1.7}
+    conf = {"endpoint": "e2e", "declared": True, "win_margin": 0.05, "verdicts": {"draft": row}}
+    assert confirmatory_gate({"confirmatory": conf}, "draft")["win"] is True
+    why = "the baseline 'baseline' is FAILED: no recommendation from partial baseline data"
+    gate = confirmatory_gate({"confirmatory": dict(conf, recommendation=None, recommendation_why=why)}, "draft")
+    assert gate["win"] is False and gate["verdict"] == "WIN"
+    assert "recommends nothing: the baseline 'baseline' is FAILED" in gate["why"]

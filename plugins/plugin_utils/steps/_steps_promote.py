@@ -90,6 +90,10 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     if row.get("verdict") == "WIN" and not out["win"]:
         out["why"] += (f", a WIN below the practical margin (its lower bound is not above {1.0 + margin:.3f}x, "
                        "1 + spec_ab_win_margin)")
+    if out["win"] and conf.get("recommendation_why"):
+        # the run withheld its recommendation (a failed or incomplete baseline start): its WINs carry no promotion
+        out["win"] = False
+        out["why"] += f", but the run recommends nothing: {conf['recommendation_why']}"
     return out
 
 
