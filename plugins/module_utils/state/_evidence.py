@@ -5,8 +5,8 @@
 
 Pure reading: where the file is (:func:`evidence_path`), whether it can be read at all (:func:`check_evidence`), the
 promoted config's entry of the run's report (:func:`promoted_config`) and the env its process received while it was
-measured (:func:`promoted_env`), for the build sentinel (``bench/_sentinel``) and the watch (``watch/_drift``, which raises its own
-``DriftInputError`` through ``error``).
+measured (:func:`promoted_env`), for the build sentinel (``bench/_sentinel``) and the watch (``watch/_drift``,
+which raises its own ``DriftInputError`` through ``error``).
 """
 from __future__ import annotations
 
