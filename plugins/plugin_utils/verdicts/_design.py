@@ -119,12 +119,10 @@ def _solve_inverse(matrix: list[list[float]]) -> list[list[float]] | None:
     return [row[n:] for row in a]
 
 
-def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit | None:
-    """Fit ``y = tau_config + beta_round + e`` to ``cells`` ({config: {round: y}}) by least squares.
-
-    Only the rounds in which the baseline has a value are blocks (a comparison needs the baseline in its
-    block). None when the baseline has no value at all.
-    """
+def _layout(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> tuple | None:
+    """The block model's columns, one place for the fit and its residual maker: the baseline's cells, its rounds (the
+    blocks), the configs measured in one of them, each config's column, each block's column but the first, and the
+    number of parameters. None when the baseline has no value at all."""
     base = cells.get(baseline) or {}
     blocks = sorted(base, key=repr)
     if not blocks:
@@ -132,7 +130,19 @@ def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit |
     names = [baseline] + [n for n in cells if n != baseline and any(r in base for r in cells[n])]
     col = {n: i for i, n in enumerate(names)}
     bcol = {r: len(names) + i - 1 for i, r in enumerate(blocks) if i > 0}
-    p = len(names) + len(blocks) - 1
+    return base, blocks, names, col, bcol, len(names) + len(blocks) - 1
+
+
+def fit_blocks(cells: Mapping[str, Mapping[Any, float]], baseline: str) -> Fit | None:
+    """Fit ``y = tau_config + beta_round + e`` to ``cells`` ({config: {round: y}}) by least squares.
+
+    Only the rounds in which the baseline has a value are blocks (a comparison needs the baseline in its
+    block). None when the baseline has no value at all.
+    """
+    layout = _layout(cells, baseline)
+    if layout is None:
+        return None
+    base, blocks, names, col, bcol, p = layout
     xtx = [[0.0] * p for _dummy in range(p)]
     xty = [0.0] * p
     yy = 0.0
@@ -220,14 +230,10 @@ def residual_maker(cells: Mapping[str, Mapping[Any, float]], baseline: str
                    ) -> tuple[list[tuple[str, Any]], list[list[float]]] | None:
     """The cells the block model fits (as (config, round), in a fixed order) and its residual-maker matrix
     I - X (X'X)^-1 X': residuals = M y. None where the model cannot be fitted."""
-    base = cells.get(baseline) or {}
-    blocks = sorted(base, key=repr)
-    if not blocks:
+    layout = _layout(cells, baseline)
+    if layout is None:
         return None
-    names = [baseline] + [n for n in cells if n != baseline and any(r in base for r in cells[n])]
-    col = {n: i for i, n in enumerate(names)}
-    bcol = {r: len(names) + i - 1 for i, r in enumerate(blocks) if i > 0}
-    p = len(names) + len(blocks) - 1
+    base, _dummy, names, col, bcol, p = layout
     index = [(n, r) for n in names for r in sorted(cells[n], key=repr) if r in base]
     rows = [[col[n]] + ([bcol[r]] if r in bcol else []) for n, r in index]
     xtx = [[0.0] * p for _dummy in range(p)]
