@@ -54,7 +54,8 @@ class ActionModule(ActionBase):
         result.update(
             changed=bool(to_write), report_dir=str(report_dir), files=[str(p) for p in files],
             written=[str(p) for p in to_write], summary=summary, families=document["families"],
-            disagreeing=document["disagreeing"], without_report=document["without_report"], plot_notes=notes)
+            disagreeing=document["disagreeing"], without_report=document["without_report"], plot_notes=notes,
+            unjudged_upgrades=document["unjudged_upgrades"])
         if args["stats_key"]:
             result["ansible_stats"] = {"data": {args["stats_key"]: {
                 "report_dir": str(report_dir), "disagreeing": document["disagreeing"],

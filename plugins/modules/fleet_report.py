@@ -33,6 +33,9 @@ options:
     description:
       - One entry per host, each V({host, groups, report}), optionally with C(family) (overrides the groups)
         and C(error) (why there is no report, when C(report) is null).
+      - C(build_era), optional, is the host's unit's build era (the build that measured its promoted config, the
+        build it runs, the build sentinel's verdict on that upgrade) as C(playbooks/fleet_report.yml) reads it; the
+        report shows it per host.
       - C(report) is the parsed C(report.json) of the host's run; its C(host) must be the entry's C(host).
     type: list
     elements: dict
@@ -133,6 +136,13 @@ disagreeing:
   elements: str
 without_report:
   description: The hosts with no report or a run that stopped early.
+  returned: always
+  type: list
+  elements: str
+unjudged_upgrades:
+  description:
+    - The hosts whose unit runs another build than the one its promoted config was measured on, an upgrade the build
+      sentinel did not judge (each host's C(build_era) in C(fleet.json) says more).
   returned: always
   type: list
   elements: str

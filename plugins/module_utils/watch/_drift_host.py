@@ -43,6 +43,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._procview
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._serving_unit import read_unit
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._systemd import Systemctl, override_paths, service_name
 from ansible_collections.llmfleet.specdec.plugins.module_utils.watch import _drift as drift
+from ansible_collections.llmfleet.specdec.plugins.module_utils.watch._drift import build_era
 
 SAMPLE_BYTES = 1 << 20
 _CHUNK = 1 << 20
@@ -198,13 +199,6 @@ def snapshot(unit: str, models: Sequence[str], build_record: str, run: Runner,
             "models": {path: model_fingerprint(path) for path in dict.fromkeys(models)}}
 
 
-def _build_name(record: Optional[Mapping[str, Any]]) -> Optional[str]:
-    if not isinstance(record, Mapping):
-        return None
-    name = " ".join(str(record[k]) for k in ("version", "backend") if record.get(k))
-    return f"{name or 'a build'} (fingerprint {record.get('fingerprint') or '-'})"
-
-
 def read_sentinel(path: str) -> List[Any]:
     """The build sentinel's verdicts in the build record (llamacpp_activate writes them under ``sentinel``)."""
     try:
@@ -214,34 +208,6 @@ def read_sentinel(path: str) -> List[Any]:
         return []
     found = record.get("sentinel") if isinstance(record, Mapping) else None
     return list(found) if isinstance(found, list) else []
-
-
-def build_era(then: Optional[Mapping[str, Any]], now: Optional[Mapping[str, Any]], unit: str,
-              verdicts: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
-    """The unit's build era: the build its evidence was measured on, the build it runs, and, when they differ,
-    whether the build sentinel judged that upgrade (its verdict for this unit in the build record, ``verdicts``, else
-    ``now``'s own ``sentinel``) and with what numbers; ``line`` says it in words."""
-    measured, runs = _build_name(then), _build_name(now)
-    same = bool(then and now) and all((then or {}).get(k) == (now or {}).get(k) for k in drift.BUILD_KEYS)
-    found = (now or {}).get("sentinel") if verdicts is None else verdicts
-    verdict = next((v for v in found or [] if isinstance(v, Mapping) and v.get("unit") == unit), None)
-    judged = None if verdict is None else {
-        "build": verdict.get("build"), "config": verdict.get("config"),
-        "accepted_slower": bool(verdict.get("accepted_slower")), "regressions": list(verdict.get("regressions") or []),
-        "canary_acceptance": (verdict.get("canary") or {}).get("acceptance"),
-        "production_acceptance": (verdict.get("production") or {}).get("acceptance")}
-    if same:
-        said = "the same build"
-    elif judged is None:
-        said = "an upgrade the sentinel did NOT judge (no verdict for this unit in the build record)"
-    else:
-        def pct(value: Any) -> str:
-            return "-" if value is None else f"{100.0 * float(value):.1f} %"
-        numbers = f"acceptance {pct(judged['canary_acceptance'])} against {pct(judged['production_acceptance'])}"
-        said = (f"an upgrade the sentinel judged on config {judged['config']!r}: {numbers}"
-                + (", ACCEPTED SLOWER (-e specdec_build_accept_slower)" if judged["accepted_slower"] else ", passed"))
-    return {"measured_on": measured, "runs": runs, "same_build": same, "sentinel": judged,
-            "line": f"{unit}: measured on {measured or 'an unrecorded build'}, runs {runs or 'an unrecorded build'}: {said}"}
 
 
 def read_counters(client: Endpoint) -> Dict[str, Any]:

@@ -14,6 +14,10 @@ recommendations, their picks, every config's status and every (config, shape) ve
 GPU, build and model should give the same answer, so a family whose hosts disagree is flagged. ``INCONCLUSIVE``
 on one host against ``WIN`` on another is a different pick (flagged); ``WIN`` against ``LOSS`` is a
 contradiction (flagged). Reports written before the verdict words changed (``win``, ``loss``) read the same.
+
+Per host, too, its unit's build era when the play read one (``build_era``, from the promoted evidence and the build
+record: the build that measured the promoted config, the build the unit runs, and whether the build sentinel judged
+that upgrade); ``unjudged_upgrades`` names the hosts whose unit runs a build the sentinel did not judge.
 """
 from __future__ import annotations
 
@@ -153,6 +157,22 @@ def _disagreements(members: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _build_era(host: str, era: Any) -> dict[str, Any] | None:
+    """A host's build era as the play read it (spec_watch's ``build_era`` and the promoted config), or None."""
+    if era is None:
+        return None
+    if not isinstance(era, Mapping) or not isinstance(era.get("line"), str):
+        raise FleetError(f"host {host}: its build_era is {type(era).__name__}, not a build era; give what step "
+                         f"fleet_build_era returns (or leave it out)")
+    return {k: era.get(k) for k in ("config", "measured_on", "runs", "same_build", "sentinel", "line")}
+
+
+def _unjudged(era: Mapping[str, Any] | None) -> bool:
+    """An upgrade of a promoted unit that the build sentinel did not judge (both builds known and different)."""
+    return bool(era and era.get("measured_on") and era.get("runs") and not era.get("same_build")
+                and not era.get("sentinel"))
+
+
 def build(runs: Sequence[Mapping[str, Any]], prefix: str = DEFAULT_PREFIX, name: str | None = None
           ) -> dict[str, Any]:
     """The fleet document from ``[{host, groups, family?, report?, error?}]``, one entry per host."""
@@ -179,6 +199,7 @@ def build(runs: Sequence[Mapping[str, Any]], prefix: str = DEFAULT_PREFIX, name:
         else:
             entry = host_summary(host, run["report"])
         entry["family"] = family
+        entry["build_era"] = _build_era(host, run.get("build_era"))
         hosts.append(entry)
     hosts.sort(key=lambda h: (h["family"] == UNGROUPED, h["family"], h["host"]))
 
@@ -205,6 +226,7 @@ def build(runs: Sequence[Mapping[str, Any]], prefix: str = DEFAULT_PREFIX, name:
         "families": families,
         "disagreeing": [f["family"] for f in families if f["state"] == DISAGREE],
         "without_report": [h["host"] for h in hosts if h["result"] != "reported"],
+        "unjudged_upgrades": [h["host"] for h in hosts if _unjudged(h["build_era"])],
     }
 
 
@@ -263,11 +285,48 @@ def markdown(document: Mapping[str, Any], images: Sequence[str] = ()) -> str:
             cells = [_cell(h["picks"].get(s)) for s in shapes]
             out.append(f"| {_md(h['host'])} | {_md(h['run_id'] or '-')} | {_md(result)} | "
                        f"{_md(h['recommendation'] or '-')} |" + "".join(f" {c} |" for c in cells))
+    out += _era_table(hosts)
     if images:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({name})" for name in images]
     out.append("")
     return "\n".join(out)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100.0 * float(value):.1f} %"
+
+
+def _upgrade_cell(era: Mapping[str, Any]) -> str:
+    judged = era.get("sentinel")
+    if era.get("same_build"):
+        return "the same build"
+    if judged:
+        numbers = (f"on {_md(judged.get('config'))}: acceptance {_pct(judged.get('canary_acceptance'))} against "
+                   f"{_pct(judged.get('production_acceptance'))}")
+        return (f"**ACCEPTED SLOWER** (-e specdec_build_accept_slower) {numbers}" if judged.get("accepted_slower")
+                else f"passed the build sentinel {numbers}")
+    if _unjudged(era):
+        return "**an upgrade the build sentinel did NOT judge**"
+    return _md(era["line"].split(": ", 1)[-1])
+
+
+def _era_table(hosts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The build era of each host's promoted unit: which build measured the evidence, which it runs, the sentinel."""
+    out = ["", "## Build era", ""]
+    eras = [(h["host"], h.get("build_era")) for h in hosts]
+    if not any(era for _host, era in eras):
+        return out + ["No host has a promoted config: there is no evidence whose build could have changed."]
+    out += ["Per host, its unit's promoted config: the build that measured its evidence, the build the unit runs now, "
+            "and whether the build sentinel judged that upgrade (its canary's acceptance against production's).", "",
+            "| host | promoted config | measured on | runs | upgrade |", "| --- | --- | --- | --- | --- |"]
+    for host, era in eras:
+        if not era:
+            out.append(f"| {_md(host)} | - | - | - | no promoted config |")
+            continue
+        out.append(f"| {_md(host)} | {_md(era.get('config') or '-')} | {_md(era.get('measured_on') or 'unrecorded')} "
+                   f"| {_md(era.get('runs') or 'unrecorded')} | {_upgrade_cell(era)} |")
+    return out
 
 
 def summary_lines(document: Mapping[str, Any]) -> list[str]:
@@ -278,4 +337,7 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
         if fam["disagreements"]:
             line += ": " + "; ".join(fam["disagreements"])
         lines.append(line)
+    if document.get("unjudged_upgrades"):
+        lines.append("build era: the units of " + ", ".join(document["unjudged_upgrades"]) + " run a build the build "
+                     "sentinel did not judge against their promoted config (see the report's Build era)")
     return lines
