@@ -470,10 +470,12 @@ benchmark-load: venv collection llama-server
 
 # The screen against the full sweep on the real llama-server, tiny and win beds (benchmarks/screen.py): per candidate
 # and K the screen's accepted length and predicted tok/s beside the server's own with that config loaded, whether the
-# screen's pick is the sweep's winner, and the restarts each plan costs.
+# screen's pick is the sweep's winner, and the restarts each plan costs; in four settings (quiet, one CPU-bound
+# process beside, production under a steady load generator, the bed on one core), each with screen_select's decision
+# per K and "measured winner sent to the rounds" (SETTING=quiet|cpu-hog|load|one-core picks one; all by default).
 .PHONY: benchmark-screen
 benchmark-screen: venv collection llama-server models win-models
-	PYTHONPATH=tests:.build/collections $(PY) benchmarks/screen.py
+	PYTHONPATH=tests:.build/collections $(PY) benchmarks/screen.py --setting $(or $(SETTING),all)
 
 # Where the screen's tiny-bed error lives (benchmarks/screen_round.py): a real speculative round, from the server's
 # own timings and counters, against the screen's timing of its verification batch on the same server.
