@@ -27,7 +27,8 @@ description:
   - Trained heads that read the target's hidden states (C(draft-mtp), C(draft-eagle3), C(draft-dflash),
     C(draft-dspark)) and chains are reported C(screenable=false) with
     the reason; the A/B measures them.
-  - Per candidate and K, the predicted decode tokens/s with a 95 % interval (the requests resampled with the measured
+  - Per candidate and K, the predicted tokens/s on O(metric) over O(weights) (decode over every shape pooled when not
+    given) with a 95 % interval (the requests resampled with the measured
     step-time samples), its speedup over production's measured rate, the break-even acceptance, and the best K.
   - Per candidate and K, an optimistic bound from what load cannot inflate (the replay's counts and the fastest
     repeat of production's step, of each verification batch and of the drafter's step); role spec_ab screens a
@@ -89,14 +90,58 @@ options:
     choices: [systemd, process]
     default: systemd
   shapes:
-    description: The built-in traffic shapes whose prompts are screened.
+    description: The built-in traffic shapes whose prompts are screened (with O(weights), those it weighs).
     type: list
     elements: str
     default: [prose, echo, structured, identity]
   prompts_per_shape:
-    description: Prompts per shape.
+    description: Prompts per shape (built-in or O(traffic)); the screen sends this many requests per shape to
+      production, the first prompts of each, as the A/B's first round sends them.
     type: int
     default: 2
+  traffic:
+    description:
+      - The operator's own prompts as extra named shapes, as M(llmfleet.specdec.spec_bench) takes them (C(name),
+        C(content), the text of a JSON Lines file, C(source) and C(n_predict)). With O(weights), only the shapes it
+        weighs are sent. A chat request is sent through production's own chat template (C(/apply-template)).
+      - Prompt text is never returned or put in an error.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The shape's name.
+        type: str
+        required: true
+      content:
+        description: The traffic file's text (JSON Lines).
+        type: str
+        required: true
+      source:
+        description: The file's path, named in errors.
+        type: str
+      n_predict:
+        description: The shape's token budget.
+        type: int
+        required: true
+  weights:
+    description:
+      - The confirmatory endpoint's weights, shape to share of generated tokens (role spec_ab passes those its
+        verdict uses - the declared mix, the primary shape, else equal weights over the measured shapes). The
+        screen sends the shapes weighed above 0 and combines their predictions as the verdict does (time-weighted,
+        the weighted harmonic mean of the shapes' rates).
+      - Not given, every shape of O(shapes) is sent and the requests are pooled (their tokens over their time).
+    type: dict
+  metric:
+    description:
+      - The confirmatory endpoint's metric the screen predicts, bounds and picks each best K on.
+      - V(decode) is the decode rate alone (a request's tokens after the first over its decode time).
+      - V(e2e) is a request's tokens over its whole time as the client sees it, production's own prefill of the
+        prompt (C(timings.prompt_ms) of the screen's request) plus the predicted decode; the optimistic bound takes
+        production's fastest prefill per prompt token.
+    type: str
+    choices: [decode, e2e]
+    default: decode
   sizes:
     description: Per shape, C(chars) and C(n_predict), as spec_bench takes them.
     type: dict
@@ -171,6 +216,9 @@ screen:
           C(busy), C(why)), C(load) (per phase, the host's other work - C(loadavg_before), C(loadavg_after),
           C(other_cores), C(busy), C(why)) and C(unreliable) (why production's timings cannot be trusted; empty
           when they can).
+        - C(endpoint), the metric and traffic predicted on - C(metric), C(weights), C(shapes), C(tok_s)
+          (production's own rate on that metric), C(prefill_ms) and C(prompt_n) per request,
+          C(prefill_ms_per_token_fastest), C(prefill_missing).
         - C(verify_copy), how the verification was timed - C(used), C(why) (when not), C(per_round_ms),
           C(per_row_ms), C(requests), C(rounds), C(model) and C(copy_verify_ms) (the copy's own batches).
       type: dict
@@ -224,6 +272,12 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=600),
     candidate_errors=dict(type="str", choices=["fail", "report"], default="fail"),
     verify_copy=dict(type="str", choices=["auto", "never"], default="auto"),
+    # content holds the operator's prompts: never logged
+    traffic=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True), content=dict(type="str", required=True, no_log=True),
+        source=dict(type="str"), n_predict=dict(type="int", required=True))),
+    weights=dict(type="dict"),
+    metric=dict(type="str", choices=["decode", "e2e"], default="decode"),
 )
 
 

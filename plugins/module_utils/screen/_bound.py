@@ -41,7 +41,7 @@ def _floor_at(floor: Mapping[int, float], size: int) -> float | None:
 
 
 def optimistic(result: Mapping[str, Any], t_fast: float, verify_floor: Mapping[int, float], d_fast: float,
-               prefill_floor: Mapping[int, float], passes_per_token: int) -> Dict[str, Any]:
+               prefill_floor: Mapping[int, float], passes_per_token: int, mix: Any = None) -> Dict[str, Any]:
     """The candidate's rate at the fastest of every repeated timing, and its speedup over production at its own
     fastest step: the optimistic bound a screen-out must stay below (docs/statistics.md).
 
@@ -49,11 +49,18 @@ def optimistic(result: Mapping[str, Any], t_fast: float, verify_floor: Mapping[i
     fastest repeat of production's step ``t_fast``, of each verification batch (:func:`fastest_floor`; no copy
     correction: a real round costs at least its batch) and of the drafter's step and prefill (its side server's;
     never a fit). Every cost in it is the fastest one seen, so busy time that hit only some repeats changes
-    nothing, and a host uniformly slower scales every term and the speedup not at all."""
+    nothing, and a host uniformly slower scales every term and the speedup not at all.
+
+    ``mix`` (``_mix.Mix``), where the screen judges the confirmatory endpoint's metric and weights: the requests
+    add up as the verdict's do, each with production's fastest prefill sample on an end-to-end endpoint
+    (``Mix.at_fastest``; the prefill adds the same time to production and to the candidate, so the least of it
+    gives the largest speedup a faster candidate can show)."""
     reqs = result["requests"]
     tokens = tokens_of(reqs)
     ms = 0.0
+    per_request = []
     for steps in reqs:
+        before = ms
         since = 1
         for drafted, accepted in steps:
             if drafted == 0:
@@ -66,7 +73,16 @@ def optimistic(result: Mapping[str, Any], t_fast: float, verify_floor: Mapping[i
                 ms += min(pre, d_fast) if pre is not None and d_fast > 0 else (pre or d_fast)
                 ms += max(drafted - 1, 0) * d_fast
             since = accepted + 1
+        per_request.append(ms - before)
     if ms <= 0 or tokens <= 0 or t_fast <= 0:
         return {"bound_tok_s": None, "bound_speedup": None}
+    if mix is not None:
+        fast = mix.at_fastest()
+        counts = [tokens_of([steps]) for steps in reqs]
+        bound = fast.rate([(i, n, m) for i, (n, m) in enumerate(zip(counts, per_request))])
+        production = fast.production_rate(counts, t_fast)
+        if not bound or not production:
+            return {"bound_tok_s": None, "bound_speedup": None}
+        return {"bound_tok_s": bound, "bound_speedup": bound / production}
     bound = 1000.0 * tokens / ms
     return {"bound_tok_s": bound, "bound_speedup": bound * t_fast / 1000.0}

@@ -31,12 +31,14 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _breakeven as be
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import Endpoint, EndpointError, measure_batches
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp import _ngram
+from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _mix
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._bound import fastest_floor, optimistic, tokens_of
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._host_load import (
     HostLoad,
     busy_reasons,
     drafter_spreads,
     production_spreads,
+    spread,
 )
 from ansible_collections.llmfleet.specdec.plugins.module_utils.screen._side import ScreenError, SideServer, free_port
 
@@ -205,8 +207,10 @@ def production_continuations(client: Endpoint, prompts: Sequence[Mapping[str, An
     rates: List[float] = []
     concurrent: List[str | None] = []
     watch = _busy_watch(client)
+    prefill_ms: List[float | None] = []
+    prompt_n: List[int | None] = []
     for prompt in prompts:
-        tok = client._json("POST", "/tokenize", {"content": prompt["text"], "add_special": True})
+        tok = client._json("POST", "/tokenize", {"content": _mix.templated(client, prompt), "add_special": True})
         ids = [int(t) for t in tok.get("tokens") or []]
         if not ids:
             raise ScreenError(f"production ({client.shown_url}) tokenized the {prompt['shape']} prompt to nothing")
@@ -224,9 +228,14 @@ def production_continuations(client: Endpoint, prompts: Sequence[Mapping[str, An
             steps.append(step)
             rates.append(1000.0 / step)
         conts.append({"shape": prompt["shape"], "prompt": ids, "tokens": tokens, "budget": int(prompt["n_predict"])})
+        # production's own prefill of this prompt (cache_prompt false: the whole prompt), for an end-to-end endpoint
+        ms, n = timings.get("prompt_ms"), timings.get("prompt_n")
+        prefill_ms.append(float(ms) if isinstance(ms, (int, float)) and ms > 0 else None)
+        prompt_n.append(int(n) if isinstance(n, int) and n > 0 else None)
     if not steps:
         raise ScreenError(f"production ({client.shown_url}) generated too few tokens to time a step: raise n_predict")
-    return {"continuations": conts, "step_ms": steps, "rates": rates, "concurrent": concurrent}
+    return {"continuations": conts, "step_ms": steps, "rates": rates, "concurrent": concurrent,
+            "prefill_ms": prefill_ms, "prompt_n": prompt_n}
 
 
 def _busy_watch(client: Endpoint) -> Any:
@@ -293,9 +302,11 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
             d_s: Sequence[float], prefill: Mapping[int, float], passes_per_token: int,
             seed: int = 0, correction: Mapping[int, float] | None = None,
             corrections: Sequence[Mapping[int, float]] = (), drafter: Sequence[float] | None = None,
-            drafters: Sequence[Sequence[float]] = ()) -> Dict[str, Any]:
+            drafters: Sequence[Sequence[float]] = (), mix: Any = None) -> Dict[str, Any]:
     """Predicted decode tok/s of a replayed K with a 95 % interval: the requests resampled, and with them a
-    step time, a verification cost per batch and a drafter step drawn from their measured samples.
+    step time, a verification cost per batch and a drafter step drawn from their measured samples. With ``mix``
+    (``_mix.Mix``) the rate is the confirmatory endpoint's (end to end: production's own prefill of each request
+    added) over its weights, and the requests are resampled within their shapes.
 
     ``correction`` (batch size -> factor, from a copy of the target: ``_screen_copy``) turns a timed batch into
     what a real round of that many rows costs; ``corrections`` are its bootstrap draws, one drawn per resample.
@@ -305,23 +316,35 @@ def predict(result: Mapping[str, Any], t_s: Sequence[float], verify_samples: Map
         ordered = sorted(values)
         return ordered[len(ordered) // 2]
 
-    def rate(reqs: Sequence[Sequence[tuple]], ts: float, ver: Mapping[int, float], ds: float,
+    def rate(idx: Sequence[int], ts: float, ver: Mapping[int, float], ds: float,
              dr: Sequence[float] | None = drafter) -> float | None:
-        tokens = tokens_of(reqs)
-        ms = sum(request_time_ms(steps, ts, ver, ds, prefill, passes_per_token, dr) for steps in reqs)
-        return 1000.0 * tokens / ms if ms > 0 and tokens > 0 and math.isfinite(ms) else None
+        times = [request_time_ms(reqs[i], ts, ver, ds, prefill, passes_per_token, dr) for i in idx]
+        if not all(math.isfinite(ms) for ms in times):
+            return None
+        if mix is not None:
+            return mix.rate([(i, tokens_of([reqs[i]]), ms) for i, ms in zip(idx, times)])
+        tokens, ms = tokens_of([reqs[i] for i in idx]), sum(times)
+        return 1000.0 * tokens / ms if ms > 0 and tokens > 0 else None
+
+    def resample(rng: random.Random) -> List[int]:
+        if mix is None:
+            return [rng.randrange(len(reqs)) for _r in reqs]
+        strata: Dict[str, List[int]] = {}
+        for i in range(len(reqs)):
+            strata.setdefault(mix.shapes[i], []).append(i)
+        return [rng.choice(members) for members in strata.values() for _m in members]
 
     def corrected(ver: Mapping[int, float], factors: Mapping[int, float] | None) -> Dict[int, float]:
         return {b: ms * float((factors or {}).get(int(b), 1.0)) for b, ms in ver.items()}
 
     reqs = result["requests"]
     verify = corrected({b: med(v) for b, v in verify_samples.items() if v}, correction)
-    point = rate(reqs, med(t_s), verify, med(d_s) if d_s else 0.0)
+    point = rate(range(len(reqs)), med(t_s), verify, med(d_s) if d_s else 0.0)
     rng = random.Random(f"{seed}:{result['k']}")
     draws: List[float] = []
     failed = 0
     for _dummy in range(RESAMPLES):
-        pick = [reqs[rng.randrange(len(reqs))] for _r in reqs]
+        pick = resample(rng)
         ver = corrected({b: rng.choice(list(v)) for b, v in verify_samples.items() if v},
                         rng.choice(list(corrections)) if corrections else correction)
         got = rate(pick, rng.choice(list(t_s)), ver, rng.choice(list(d_s)) if d_s else 0.0,
@@ -446,15 +469,18 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
            verify_samples: Mapping[int, Sequence[float]], d_s: Sequence[float], prefill: Mapping[int, float],
            seed: int, copy: Mapping[str, Any] | None = None, *,
            prefill_samples: Mapping[int, Sequence[float]] | None = None,
-           busy: Sequence[str] = ()) -> Dict[str, Any]:
+           busy: Sequence[str] = (), mix: Any = None) -> Dict[str, Any]:
     """Per K: the replay's counts, the prediction with its interval, the optimistic bound (:func:`optimistic`) and
     ``unreliable`` with ``unreliable_why`` when a timing it rests on says the host was busy (``busy``: the reasons
     already found for production's timings, the copy and this candidate's drafter) or the prediction has no
-    time per token."""
+    time per token. With ``mix`` (``_mix.Mix``) every rate, the bound's and the speedups are the confirmatory
+    endpoint's (its metric over its weights), production's own at its median step (``rate``)."""
     passes = 1 if plan["chain"] == ["draft-simple"] else 0
     t_s = prod["step_ms"]
     t_med = _median(t_s)
-    rate = prod["tok_s"]
+    decode_rate = prod["tok_s"]
+    counts = [tokens_of([steps]) for steps in next(iter(replays.values()))["requests"]] if replays else []
+    rate = (mix.production_rate(counts, t_med) if mix is not None and counts else None) or decode_rate
     t_fast = min(t_s)
     verify_floor = fastest_floor(verify_samples)
     prefill_floor = fastest_floor(prefill_samples or {int(b): [ms] for b, ms in prefill.items()})
@@ -470,8 +496,8 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
         row.update(predict(result, t_s, verify_samples, d_s, prefill, passes, seed, correction=factors,
                            corrections=(copy or {}).get("draws") or () if factors else (),
                            drafter=timed_drafter["fit"] if timed_drafter else None,
-                           drafters=timed_drafter["draws"] if timed_drafter else ()))
-        row.update(optimistic(result, t_fast, verify_floor, d_fast, prefill_floor, passes))
+                           drafters=timed_drafter["draws"] if timed_drafter else (), mix=mix))
+        row.update(optimistic(result, t_fast, verify_floor, d_fast, prefill_floor, passes, mix=mix))
         reasons = [*busy, *([row.pop("invalid")] if row.get("invalid") else [])]
         if row["predicted_tok_s"] is None and row["bound_tok_s"]:
             # no prediction: the bound stands in its place, marked, so that nothing downstream reads a rate of 0
@@ -486,7 +512,7 @@ def _timed(plan: Mapping[str, Any], replays: Mapping[int, Mapping[str, Any]], pr
         if timed_drafter:
             d_step = (timed_drafter["fit"][0] + timed_drafter["fit"][1] * k) / k
         try:
-            row["breakeven_p"] = be.breakeven_p(k, d_step, t_med, rate,
+            row["breakeven_p"] = be.breakeven_p(k, d_step, t_med, decode_rate,
                                                 verify_factor=verify_k / t_med, draft_passes=k * passes)
         except be.BreakevenError:
             row["breakeven_p"] = None
@@ -499,7 +525,8 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                drafter_ctx: int = 4096, drafter_runtime_max: int = 900, drafter_launch: str = "systemd",
                shapes: Any = None, prompts_per_shape: int = 2, sizes: Mapping[str, Any] | None = None,
                seed: int = 0, timeout: int = 600, candidate_errors: str = "fail",
-               verify_copy: str = "auto") -> Dict[str, Any]:
+               verify_copy: str = "auto", traffic: Any = None, weights: Mapping[str, float] | None = None,
+               metric: str = "decode") -> Dict[str, Any]:
     """The screen of ``candidates`` against production at ``endpoint`` (spec_screen's ``screen``).
 
     A candidate that cannot be screened (its draft missing or of another vocabulary, its side server's port taken,
@@ -508,13 +535,16 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     always raises.
 
     ``verify_copy``: ``auto`` times real rounds on a copy of the target where one fits (``_screen_copy``),
-    ``never`` keeps production's batch timings alone."""
+    ``never`` keeps production's batch timings alone.
+
+    ``traffic`` (the operator's files, as spec_bench takes them), ``weights`` (shape -> share of generated tokens)
+    and ``metric`` (``e2e`` or ``decode``): the confirmatory endpoint the verdict judges (``_mix``): the
+    screen sends the weighed shapes' prompts and predicts, bounds and picks each best K on that metric over those
+    weights. Without weights, every shape given, pooled, as before."""
     if verify_copy not in ("auto", "never"):
         raise ScreenError(f"verify_copy: {verify_copy!r} is not auto or never")
     if candidate_errors not in ("fail", "report"):
         raise ScreenError(f"candidate_errors: {candidate_errors!r} is not fail or report")
-    from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import plan_requests
-
     started = time.monotonic()
     plans = [candidate_plan(c) for c in candidates or []]
     names = [p["name"] for p in plans]
@@ -526,9 +556,8 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     except EndpointError as exc:
         raise ScreenError(f"production at {client.shown_url} does not answer /health ({exc}): start it, or fix "
                           "spec_screen's endpoint; nothing was screened") from None
-    _warm, schedule, _distinct = plan_requests(seed=seed, sizes=sizes, shapes=shapes,
-                                               prompts_per_shape=prompts_per_shape, repeats=1, warmup=0)
-    prompts = [{"shape": p.shape, "text": p.prompt, "n_predict": p.n_predict} for _r, p in schedule]
+    prompts = _mix.screen_prompts(seed=seed, sizes=sizes, shapes=shapes, prompts_per_shape=prompts_per_shape,
+                                  traffic=traffic, weights=weights)
     prod_port = _port_of(client)
     prod_load = HostLoad("production's timing", ports=[prod_port]).start()
     prod = production_continuations(client, prompts)
@@ -547,6 +576,10 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
     props = client.props() or {}
     t_s_ms = _median(prod["step_ms"])
     spreads = production_spreads(prod["step_ms"], verify_samples)
+    mix = _mix.Mix([c["shape"] for c in conts], weights, metric, prod["prefill_ms"], prod["prompt_n"])
+    if metric == "e2e":
+        # the bound takes the fastest prefill: busy time on all of them shows as their spread (per prompt token)
+        spreads["prefill"] = spread(mix.per_token_prefill(), "production's prefill per prompt token")
     # why production's timings cannot be trusted, for every candidate's prediction
     busy = busy_reasons(spreads) + busy_reasons(loads)
     if beside:
@@ -561,6 +594,8 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
                   "verify_samples_ms": {str(b): list(v) for b, v in sorted(verify_samples.items())},
                   "spread": spreads,
                   "notes": list(verify.get("notes") or [])}
+    production["endpoint"] = dict(mix.shown(), tok_s=mix.production_rate(
+        [max(len(c["tokens"]) - 1, 0) for c in conts], t_s_ms) if weights or metric == "e2e" else production["tok_s"])
     prod_facts = {"step_ms": prod["step_ms"], "tok_s": production["tok_s"]}
     out: Dict[str, Any] = {}
     replayed: Dict[str, tuple] = {}
@@ -618,7 +653,7 @@ def run_screen(endpoint: str = "http://127.0.0.1:8080", candidates: Sequence[Map
         replays, d_s, prefill, prefill_samples, own = replayed[plan["name"]]
         row = out[plan["name"]]
         row["k"] = _timed(plan, replays, prod_facts, verify_samples, d_s, prefill, seed, copy,
-                          prefill_samples=prefill_samples, busy=[*busy, *own])
+                          prefill_samples=prefill_samples, busy=[*busy, *own], mix=mix)
         row["best_k"] = best_k(row["k"])
     production["load"] = loads
     production["unreliable"] = busy
