@@ -72,6 +72,7 @@ STEPS: dict[str, Any] = {
     "screen_binary": _steps_screen.screen_binary, "screen_candidates": _steps_screen.screen_candidates,
     "screen_select": _steps_screen.screen_select, "first_lines": _steps_screen.first_lines,
     "screen_estimate": _steps_screen.screen_estimate, "screen_estimate_line": _steps_screen.screen_estimate_line,
+    "screen_traffic": _steps_screen.screen_traffic,
     "vllm_speculative_warnings": _steps_vllm.vllm_speculative_warnings,
     "error_line": error_line,
     "var_notes": _steps_vars.var_notes, "var_warnings": _steps_vars.var_warnings,

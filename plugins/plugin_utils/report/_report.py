@@ -234,7 +234,11 @@ def _screen_lines(env: Mapping[str, Any]) -> list[str]:
     if not decision:
         return []
     rate = float(decision.get("production_tok_s") or 0.0)
-    lines = [f"Production decoded {rate:.1f} tok/s on the screen's requests. Predicted from production's own tokens "
+    judged = decision.get("traffic") if isinstance(decision.get("traffic"), Mapping) else {}
+    said = (f"Production ran at {rate:.1f} tok/s ({decision.get('metric', 'decode')}) on the screen's requests; "
+            f"{judged['line']}." if judged.get("line") else
+            f"Production decoded {rate:.1f} tok/s on the screen's requests (the built-in shapes, decode).")
+    lines = [f"{said} Predicted from production's own tokens "
              "(each candidate's drafting replayed against them) and its measured step costs:", "",
              "| config | screen | K | mean accepted length | predicted speedup [95 % interval] | why |",
              "| --- | --- | --- | --- | --- | --- |"]

@@ -12,6 +12,9 @@
 - ``candidates | llmfleet.specdec.internal('screen_estimate', shapes, prompts_per_shape, sizes, decode_rate)`` and
   ``estimate | llmfleet.specdec.internal('screen_estimate_line', elapsed_s)``: what the screen costs (requests,
   side servers, seconds at production's rate; never a restart), before it runs and after.
+- ``spec_ab_traffic | llmfleet.specdec.internal('screen_traffic', mix, shapes, primary_shape, judge_on)``: the
+  confirmatory endpoint the screen judges: its metric, its weights (``_confirm.weights_of``, as the verdict's), the
+  built-in shapes it sends, and the line that says so.
 - ``preflight_results | llmfleet.specdec.internal('first_lines', decision, rounds)``: per speculative candidate, what
   the preflight and the screen say, in the field notes' order (does the target already speculate, the break-even
   acceptance at K = 1, 3, 7 against the incumbent, the measured acceptance and the predicted rate, the fit, the one
@@ -29,6 +32,35 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 _DEPTH_VARS = ("LLAMA_ARG_SPEC_DRAFT_N_MAX",)
+
+
+def screen_traffic(traffic: Any, mix: Any, shapes: Any, primary_shape: Any = None, judge_on: Any = "e2e"
+                   ) -> dict[str, Any]:
+    """What the screen judges: the run's confirmatory endpoint (spec_ab_judge_on) over the weights its verdict uses
+    (``_confirm.weights_of`` of the declared mix: spec_ab_mix with the traffic files' weights; else
+    spec_ab_primary_shape; else equal weights over the measured shapes, the built-in mix). ``shapes``: the built-in
+    shapes the rounds measure (spec_ab_shapes); the traffic files' shapes follow them, as spec_bench measures them."""
+    from ansible_collections.llmfleet.specdec.plugins.module_utils.common._stats import ReportInputError, normalize_mix
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_traffic import ab_traffic_mix
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts._confirm import BUILT_IN, weights_of
+
+    if judge_on not in ("e2e", "decode"):
+        raise AnsibleFilterError(f"screen_traffic: spec_ab_judge_on {judge_on!r} is not e2e or decode")
+    declared = dict(mix or {})
+    declared.update(ab_traffic_mix(traffic))
+    try:
+        run_mix = normalize_mix(declared) if declared else None
+    except ReportInputError as exc:
+        raise AnsibleFilterError(f"screen_traffic: spec_ab_mix: {exc}") from None
+    builtin = [str(s) for s in shapes or []]
+    measured = builtin + [str(t["name"]) for t in traffic or [] if isinstance(t, dict) and t.get("name")]
+    weights, source = weights_of(run_mix, measured, {"primary_shape": primary_shape or None})
+    weights = {s: float(w) for s, w in weights.items() if w > 0}
+    shown = ", ".join(f"{s} {w / sum(weights.values()):.0%}" for s, w in weights.items()) or "none"
+    return {"metric": str(judge_on), "weights": weights, "weights_from": source, "declared": source != BUILT_IN,
+            "shapes": [s for s in builtin if s in weights],
+            "custom": [s for s in measured if s in weights and s not in builtin],
+            "line": f"the screen judges endpoint {judge_on} tokens/s over {shown} ({source})"}
 
 
 def screen_binary(unit: Any) -> str | None:
@@ -93,7 +125,9 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
     its bound."""
     if not isinstance(screen, dict) or not isinstance(configs, list):
         raise AnsibleFilterError("screen_select: give spec_screen's screen and the run's configs")
-    rate = float((screen.get("production") or {}).get("tok_s") or 0.0)
+    production = screen.get("production") or {}
+    # the rates are the confirmatory endpoint's where the screen judged it (production's own on that metric)
+    rate = float((production.get("endpoint") or {}).get("tok_s") or production.get("tok_s") or 0.0)
     found = screen.get("candidates") or {}
     predicted: dict[str, dict[str, Any]] = {}
     for config in configs:
@@ -110,7 +144,7 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
                                          "unreliable": unreliable,
                                          "mean_accepted_len": best["mean_accepted_len"]}
     out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "unreliable": [],
-                           "production_tok_s": rate}
+                           "production_tok_s": rate, "metric": (production.get("endpoint") or {}).get("metric", "decode")}
     by_base: dict[str, list[str]] = {}
     for config in configs:
         if config.get("name") in predicted:
@@ -159,20 +193,26 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
 
 
 def screen_estimate(candidates: Any, shapes: Any, prompts_per_shape: Any, sizes: Any = None,
-                    decode_rate: Any = None, seed: Any = 0) -> dict[str, Any]:
+                    decode_rate: Any = None, seed: Any = 0, judged: Any = None, traffic: Any = None) -> dict[str, Any]:
     """What the screen will cost before it runs (the dry run prints it): the requests and tokens it sends to
     production, the batches it times there, the servers it starts beside production (each draft model's side server;
     the copy of the target twice, and twice more per draft model, where a copy fits) and their requests, and, with
     production's decode rate (``decode_rate``, tok/s; None when not known yet), about how many seconds that is.
-    Never a production restart. ``candidates`` are screen_candidates' items."""
+    Never a production restart. ``candidates`` are screen_candidates' items; ``judged`` (screen_traffic's) and
+    ``traffic`` (spec_ab_traffic) count the shapes the screen sends: those the endpoint weighs, the operator's
+    files' at their own n_predict."""
     from ansible_collections.llmfleet.specdec.plugins.module_utils.bench._endpoint import plan_requests
     from ansible_collections.llmfleet.specdec.plugins.module_utils.screen import _screen
 
     if not isinstance(candidates, list):
         raise AnsibleFilterError("screen_estimate: give screen_candidates' list")
-    _warm, schedule, _distinct = plan_requests(seed=int(seed or 0), sizes=sizes or None, shapes=shapes,
-                                               prompts_per_shape=int(prompts_per_shape), repeats=1, warmup=0)
-    tokens = sum(int(p.n_predict) for _r, p in schedule)
+    judged = judged if isinstance(judged, dict) else {}
+    builtin = judged["shapes"] if "shapes" in judged else shapes
+    schedule = plan_requests(seed=int(seed or 0), sizes=sizes or None, shapes=builtin,
+                             prompts_per_shape=int(prompts_per_shape), repeats=1, warmup=0)[1] if builtin else []
+    budgets = {str(t.get("name")): int(t.get("n_predict") or 0) for t in traffic or [] if isinstance(t, dict)}
+    custom = [budgets.get(name, 0) for name in judged.get("custom") or [] for _i in range(int(prompts_per_shape))]
+    tokens = sum(int(p.n_predict) for _r, p in schedule) + sum(custom)
     plans = [_screen.candidate_plan(c) for c in candidates]
     screened = [p for p in plans if p["screenable"]]
     drafts = [p for p in screened if p["chain"] == ["draft-simple"]]
@@ -183,7 +223,8 @@ def screen_estimate(candidates: Any, shapes: Any, prompts_per_shape: Any, sizes:
     side_batches = sum(5 * (max(p["ks"]) + 1) + 1 for p in drafts)
     copy_starts = (2 + 2 * len(drafts)) if screened else 0
     copy_tokens = copy_starts * tokens
-    out: dict[str, Any] = {"requests": len(schedule), "tokens": tokens, "batches": batches,
+    out: dict[str, Any] = {"requests": len(schedule) + len(custom), "tokens": tokens, "batches": batches,
+                           "traffic": judged.get("line"),
                            "side_servers": len(drafts), "side_requests": side_requests + side_batches,
                            "copy_starts": copy_starts, "copy_tokens": copy_tokens, "restarts": 0, "seconds": None}
     rate = float(decode_rate or 0) if str(decode_rate or "").replace(".", "", 1).isdigit() else 0.0
@@ -204,6 +245,8 @@ def screen_estimate_line(estimate: Any, spent: Any = None) -> str:
             f"side server(s), {estimate['copy_starts']} start(s) of a copy of the target where one fits")
     if estimate.get("seconds") is not None:
         line += f"; about {estimate['seconds']:.0f} s at production's rate"
+    if estimate.get("traffic"):
+        line += f"; {estimate['traffic']}"
     if isinstance(spent, (int, float)):
         line += f"; it took {float(spent):.0f} s"
     return line
