@@ -365,7 +365,8 @@ def screen_predicted_vs_measured(document: Mapping[str, Any]) -> Any:
     ax.set_xlabel("speedup of production (log axis)", fontsize=8)
     ax.set_title(f"{document['host']}, run {document['run_id']}: the screen's prediction against the A/B", fontsize=9,
                  loc="left")
-    fig.text(0.01, 0.01, f"hollow, gray: the screen's prediction (decode, before any restart); filled: the A/B's "
+    screen_metric = ((document.get("environment") or {}).get("screen") or {}).get("metric") or "decode"
+    fig.text(0.01, 0.01, f"hollow, gray: the screen's prediction ({screen_metric}, before any restart); filled: the A/B's "
              f"confirmatory ratio ({conf.get('endpoint') or '?'}), in its verdict's colour; dotted: the planned speedup",
              fontsize=7, color="dimgray")
     # the numbers stand right of the axes, in a column of their own
