@@ -42,6 +42,7 @@ from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 from fakesystemd import _dropin_exec as fakesystemd_exec  # noqa: E402
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _sentinel as sen  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _deadman, _render  # noqa: E402
@@ -479,10 +480,11 @@ class _Build:
     """llamacpp_build's activation (one module, llamacpp_activate) on the fake host: the unit serves from
     <root>/opt/llama.cpp/current, its canary answers on a second loopback port."""
 
-    def __init__(self, canary: bool, broken: bool, keep: bool = False) -> None:
+    def __init__(self, canary: bool, broken: bool, keep: bool = False, sentinel: Optional["_Sentinel"] = None) -> None:
         self.canary = canary
         self.broken = broken
         self.keep = keep  # keep_what_runs: build.yml forced past a change pending on disk
+        self.sentinel = sentinel  # the build sentinel (a unit with a promoted config): its measuring is a point too
 
     def setup(self, host: Host) -> None:
         root = host.root / BUILD_ROOT
@@ -496,12 +498,13 @@ class _Build:
         activation = act.Activation(run=host.runner, run_dir=str(host.fake.run_dir),
                                     processes=act.Processes(str(host.fake.proc)), python=sys.executable,
                                     http=uo.http_get, clock=host.fake.now, wall=host.fake.now, sleep=host.fake.advance,
-                                    port=lambda: canary_port)
+                                    port=lambda: canary_port, sentinel=self.sentinel)
         params = {"root": str(root), "name": "new-cpu", "current": None, "binary": "bin/llama-server",
                   "units": [UNIT], "facts_file": str(host.root / "etc" / "llamacpp-build.json"),
                   "facts": {"version": "new"}, "canary": self.canary, "canary_ctx_size": 512, "canary_args": [],
                   "canary_model": None, "canary_timeout": HEALTH_TIMEOUT, "health_timeout": HEALTH_TIMEOUT,
-                  "rollback_after": ROLLBACK_AFTER, "state_dir": host.state_dir, "keep_what_runs": self.keep}
+                  "rollback_after": ROLLBACK_AFTER, "state_dir": host.state_dir, "keep_what_runs": self.keep,
+                  "sentinel_timeout": SENTINEL_TIMEOUT if self.sentinel else 0, "speed_after_switch": True}
         try:
             return activation.activate(params)
         except act.ActivateError as exc:
@@ -517,6 +520,8 @@ class _Build:
         problems = []
         if current == "new-cpu" and self.broken:
             problems.append("'current' points at a build that cannot serve")
+        if current == "new-cpu" and self.sentinel is not None and self.sentinel.slower:
+            problems.append("'current' points at a build the sentinel refused")
         if exe != os.path.realpath(root / current / "bin" / "llama-server"):
             problems.append(f"the unit runs {exe} while 'current' points at {current} (a change waits for a restart)")
         if (current == "new-cpu") != ('"new"' in record):
@@ -533,6 +538,55 @@ def _build_path(name: str, canary: bool, broken: bool) -> MatrixPath:
 def _build_guard_expires(canary: bool) -> int:
     """The host-wide guard a killed switch leaves: the canary, its dead-man's wait, its restart and health."""
     return (HEALTH_TIMEOUT if canary else 0) + ROLLBACK_AFTER + 2 * HEALTH_TIMEOUT + 60
+
+
+# ------------------------------------------------------------------ the build sentinel's steps (issue 47)
+#
+# A unit with a promoted config has its new build's canary judged by the sentinel (bench/_sentinel.py) while the
+# canary serves, and, where the canary ran on other hardware, its speed measured on the unit after the switch, the
+# dead-man armed for the longer wait (rollback_after + sentinel_timeout). Measuring changes nothing on the host, but
+# the module can die while it sends the promoted traffic: each is a point of these rows (the cuts that used to be
+# tests/unit/test_build_sentinel.py's two crash-point tests; the sentinel's verdicts themselves are tested there).
+SENTINEL_TIMEOUT = 600  # llamacpp_activate's default: the dead-man's wait after the switch grows by it
+AT_THE_CANARY = "the sentinel's traffic to the canary and production"
+AFTER_THE_SWITCH = "the sentinel's traffic to the unit on the new build"
+
+
+class _Sentinel:
+    """bench._sentinel.Sentinel's face to the activation (plan, skipped, judge, after_switch) on the fake host: each
+    measurement is a step of the matrix; ``slower`` refuses at the canary, or (``after_switch``) after the switch."""
+
+    def __init__(self, after_switch: bool, slower: bool) -> None:
+        self.after = after_switch
+        self.slower = slower
+
+    def plan(self, serving: Dict[str, Any]) -> Dict[str, Any]:
+        return {"unit": serving["unit"], "config": "draft-n3", "args": ["--metrics"], "ctx_size": 512,
+                "seconds": SENTINEL_TIMEOUT, "after_switch": self.after}
+
+    def skipped(self, unit: str) -> str:
+        return "-"
+
+    def _verdict(self, plan: Dict[str, Any], where: str) -> Dict[str, Any]:
+        CURRENT[-1].faults.step(where)
+        if self.slower and (where == AFTER_THE_SWITCH) == self.after:
+            raise sen.SentinelError(f"build new-cpu with config 'draft-n3' is a regression ({where})",
+                                    {"regressions": ["acceptance" if where == AT_THE_CANARY else "speed"]})
+        return {"unit": plan["unit"], "build": "new-cpu", "config": "draft-n3", "accepted_slower": False,
+                "regressions": []}
+
+    def judge(self, plan: Dict[str, Any], port: int) -> Dict[str, Any]:
+        return self._verdict(plan, AT_THE_CANARY)
+
+    def after_switch(self, plan: Dict[str, Any]) -> Dict[str, Any]:
+        return self._verdict(plan, AFTER_THE_SWITCH)
+
+
+def _sentinel_path(name: str, after_switch: bool, slower: bool) -> MatrixPath:
+    build = _Build(canary=True, broken=False, sentinel=_Sentinel(after_switch, slower))
+    return MatrixPath(name, build.setup, build.operation, expect_failure=slower, check=build.check,
+                      host={"binary_under": str(BUILD_ROOT)}, dead_man=ROLLBACK_AFTER + SENTINEL_TIMEOUT,
+                      lock_expires=_build_guard_expires(True) + 2 * SENTINEL_TIMEOUT)
 
 
 class _KillAtLabel(Faults):
@@ -644,6 +698,13 @@ PLAYS: List[MatrixPath] = [
     MatrixPath("build activation starting from an interrupted one (undone first, its dead-man armed until health)",
                _AfterInterrupted().setup, _AfterInterrupted().operation, check=_AfterInterrupted().check,
                host={"binary_under": str(BUILD_ROOT)}, lock_expires=_build_guard_expires(False)),
+    _sentinel_path("build activation judged by the sentinel at the canary (the promoted config), then the switch",
+                   after_switch=False, slower=False),
+    _sentinel_path("build activation refused by the sentinel at the canary (nothing changes)",
+                   after_switch=False, slower=True),
+    _sentinel_path("build activation with a CPU canary: its speed measured after the switch under the dead-man",
+                   after_switch=True, slower=False),
+    _sentinel_path("build activation slower after the switch (the switch is undone)", after_switch=True, slower=True),
     _interleaved_path("A/B x build: the build switch while an A/B's candidate serves (refused, nothing changes)",
                       ab_first=True),
     _interleaved_path("build x A/B: an A/B that starts at each cut of a build switch (kept off while it is pending)",
@@ -1481,6 +1542,13 @@ the release): each task's start is a point too, and a controller killed during a
 starts no later task (no rescue, no release). Build activation is one module (`llamacpp_activate`); it holds the
 unit's lock (the host-wide guard) from before its first change to its end, and a killed one's lock expires only
 after its dead-man restored production.
+
+**The build sentinel's steps** (issue 47): a unit with a promoted config has the new build's canary judged by the
+sentinel while the canary serves (the promoted traffic to the canary and to production), passing or refusing the
+build before `current` moves; with a canary on other hardware, the promoted config's speed is measured on the unit
+after the switch, its dead-man armed for `rollback_after` plus the sentinel's time (600 s), and a slower build is
+switched back. Measuring changes nothing on the host, but the module can die while it does: each measurement is a
+point of these rows. The unit's guard lasts as long as that longer dead-man.
 
 Two plays interleaved on one unit: **A/B x build** (the build switch comes while an A/B's candidate serves under
 the A/B's lock: refused before it changes anything) and **build x A/B** (an A/B starts right at each cut of a build

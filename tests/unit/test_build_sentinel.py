@@ -7,15 +7,12 @@ recorded replies here and against two real llama-server builds in tests/integrat
 """
 from __future__ import annotations
 
-import http.server
 import json
-import os
-import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
-from test_activate import UNIT, Host, Killed, _activation, _Health, _params, _run_dead_man
+from test_activate import UNIT, Host, _activation, _params
 
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _sentinel as sen
 from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act
@@ -355,65 +352,12 @@ def test_check_mode_says_which_check_each_unit_gets_and_why(tmp_path: Path, host
 
 
 # ------------------------------------------------------------------ crash points of the sentinel's steps
-
-
-@pytest.fixture
-def health_port() -> Iterator[int]:
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_port
-    server.shutdown()
-
-
-class KilledSentinel(FakeSentinel):
-    """The module dies (SIGKILL, a dropped link) while the sentinel measures: at the canary, or after the switch."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(refuse=False)
-        self.where = where
-
-    def plan(self, serving: Dict[str, Any]) -> Dict[str, Any]:
-        return dict(super().plan(serving), after_switch=self.where == "after the switch")
-
-    def judge(self, plan: Dict[str, Any], port: int) -> Dict[str, Any]:
-        if self.where == "at the canary":
-            raise Killed(self.where)
-        return super().judge(plan, port)
-
-    def after_switch(self, plan: Dict[str, Any]) -> Dict[str, Any]:
-        raise Killed(self.where)
-
-
-def test_a_module_killed_while_the_sentinel_judges_the_canary_changed_nothing(tmp_path: Path, host: Host) -> None:
-    pid = host.units[UNIT]["MainPID"]
-    activation = _activation(tmp_path, host)
-    activation.sentinel = KilledSentinel("at the canary")
-    with pytest.raises(Killed):
-        activation.activate(_params(host, tmp_path, sentinel_timeout=60))
-    # nothing moved and no dead-man was needed; the canary left behind ends by its own RuntimeMaxSec, which covers
-    # the sentinel's time (canary_timeout 30 + 30 + 60), and its spec's cleanup timer was armed before it was written
-    assert host.current == "old-cpu" and host.units[UNIT]["MainPID"] == pid and not host.timer_armed
-    run = next(c for c in host.calls if c[0] == "systemd-run" and "--unit=specdec-canary-llama-server" in c)
-    assert "--property=RuntimeMaxSec=120" in run
-    assert any(c[0] == "systemd-run" and "--unit=specdec-canary-llama-server-spec" in c for c in host.calls)
-    assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
-
-
-def test_a_module_killed_while_measuring_speed_after_the_switch_leaves_a_host_that_puts_the_old_build_back(
-        tmp_path: Path, health_port: int) -> None:
-    (tmp_path / "llamacpp-build.json").write_text('{"version": "old"}\n')
-    host = Host(tmp_path, port=health_port)
-    activation = _activation(tmp_path, host)
-    activation.sentinel = KilledSentinel("after the switch")
-    with pytest.raises(Killed):
-        activation.activate(_params(host, tmp_path, sentinel_timeout=60))
-    paths = act.build_paths(str(host.root / "current"), str(tmp_path / "run"))
-    assert host.current == "new-cpu" and host.timer_armed and os.path.exists(paths.meta)
-    proc = _run_dead_man(tmp_path, paths)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert host.current == "old-cpu"
-    assert json.loads((tmp_path / "llamacpp-build.json").read_text()) == {"version": "old"}
-    assert f"systemctl restart {UNIT}" in (tmp_path / "calls").read_text().splitlines()
+#
+# Moved to the crash matrix (tests/unit/crash_matrix.py, "the build sentinel's steps"; pinned in
+# tests/unit/test_crash_matrix.py, rows in docs/crash-matrix.md): the module killed while the sentinel judges the
+# canary (nothing changed, the canary ends by its own timers, the record as it was) and while it measures speed after
+# the switch (the build's dead-man, armed for rollback_after + sentinel_timeout, puts the old build back), each under
+# the matrix's three faults, and the unit's guard outliving that longer dead-man.
 
 
 class DeadClient:

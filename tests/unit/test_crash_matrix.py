@@ -5,6 +5,7 @@ docs/crash-matrix.md, which must equal this run. Regenerate it with ``python tes
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, List
@@ -95,6 +96,57 @@ def test_a_build_switch_is_undone_by_the_host(rows: List[Any]) -> None:
     cells = _cells(rows, "build activation (canary, then the switch)")
     assert cells["before point current at new-cpu"]["module SIGKILL"].outcome == "the build's dead-man timer"
     assert cells["before systemctl restart llama-server"]["module SIGKILL"].outcome == "the build's dead-man timer"
+
+
+SENTINEL_AT_CANARY = "build activation judged by the sentinel at the canary (the promoted config), then the switch"
+SENTINEL_REFUSES = "build activation refused by the sentinel at the canary (nothing changes)"
+SPEED_AFTER = "build activation with a CPU canary: its speed measured after the switch under the dead-man"
+SLOWER_AFTER = "build activation slower after the switch (the switch is undone)"
+
+
+def test_the_sentinels_steps_are_points_of_the_build_switch(rows: List[Any]) -> None:
+    """Issue 47: the module dies while the sentinel judges the canary (nothing changed: 'current', the record and the
+    unit as they were, the canary ended by its own timers), or while it measures the promoted config's speed on the
+    unit after the switch (the build's dead-man, armed for the longer wait, puts the old build back)."""
+    at_canary = "before " + cm.AT_THE_CANARY
+    after = "before " + cm.AFTER_THE_SWITCH
+    for name in (SENTINEL_AT_CANARY, SENTINEL_REFUSES, SPEED_AFTER, SLOWER_AFTER):
+        cells = _cells(rows, name)
+        assert cells[at_canary]["module SIGKILL"].outcome == "nothing changed", name
+        assert cells[at_canary]["connection dropped"].outcome == "nothing changed", name
+        assert (after in cells) == (name in (SPEED_AFTER, SLOWER_AFTER)), name
+    for name in (SPEED_AFTER, SLOWER_AFTER):
+        cut = _cells(rows, name)[after]
+        assert cut["module SIGKILL"].outcome == "restart job; the build's dead-man timer puts the previous config back"
+        assert not any(cell.problems for cell in cut.values())
+    # refused at the canary: no dead-man was ever armed, nothing to put back
+    assert not [point for point in _cells(rows, SENTINEL_REFUSES) if "build-rollback" in point]
+    assert all(cell.outcome == "the module (candidate failed, production restored)"
+               for cell in _cells(rows, SENTINEL_REFUSES)["after the last step"].values())
+
+
+def test_the_units_guard_outlives_the_longer_dead_man_of_the_speed_after_the_switch(tmp_path: Path) -> None:
+    """Killed while it measures speed after the switch, the activation leaves a dead-man that waits rollback_after +
+    sentinel_timeout: the unit's host-wide guard must last that long too, or an A/B takes the unit and the dead-man
+    restarts it under the A/B (the guard once expired after rollback_after + 2 health timeouts + 60 s: 400 s here,
+    against the dead-man's 900)."""
+    cm.install()
+    path = next(p for p in cm.PATHS if p.name == SPEED_AFTER)
+    host = cm.Host(tmp_path, **path.host)
+    try:
+        path.setup(host)
+        host.faults = cm._KillAtLabel(cm.AFTER_THE_SWITCH)
+        with pytest.raises(cm.Killed):
+            path.operation(host)
+        host.faults = cm.Faults()
+        meta = cm.act.build_paths(str(host.root / cm.BUILD_ROOT / "current"), str(host.fake.run_dir)).meta
+        while Path(meta).exists():
+            with pytest.raises(cm.hs.LockHeldError):
+                host.lock("ab-2")
+            host.fake.advance(30)
+        assert os.readlink(host.root / cm.BUILD_ROOT / "current") == "old-cpu"
+    finally:
+        host.close()
 
 
 def test_the_table_in_the_docs_is_this_run(rows: List[Any]) -> None:

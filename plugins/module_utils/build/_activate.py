@@ -552,8 +552,11 @@ class Activation:
 
     def take_units(self, params: Mapping[str, Any], paths: BuildPaths, units: Sequence[str], renew: bool = False) -> List[str]:
         """The host-wide guard of every unit before anything changes (``_host_state.hold``), its expiry covering the
-        canaries, the dead-man's wait and its restart; renewed (``renew``) just before the dead-man is armed."""
-        tail = int(params["rollback_after"]) + 2 * int(params["health_timeout"]) + 60
+        canaries, the dead-man's wait and its restart; renewed (``renew``) just before the dead-man is armed. The wait
+        grows by the sentinel's time where its speed is measured after the switch (the dead-man waits that long too):
+        a guard that expired first would let an A/B take the unit while the dead-man may still restart it."""
+        tail = int(params["rollback_after"]) + 2 * int(params["health_timeout"]) + 60 \
+            + _build_sentinel.after_switch_seconds(self, params)
         each = int(params["canary_timeout"]) + int(params.get("sentinel_timeout") or 0)  # the sentinel judges in it
         canaries = 0 if renew or not params.get("canary", True) else each * max(1, len(units))
         try:
