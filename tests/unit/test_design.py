@@ -369,3 +369,46 @@ def test_the_own_power_uses_the_verdicts_error_and_df_for_a_win_and_for_a_recomm
     assert ds.sequential_power(0.1, 1, 2, 5, spreads=(0.1, 0.1)) == ds.sequential_power(0.1, 1, 2, 5)
     # the fixed design compared is sized by the same rule: more rounds for the same power to be recommended
     assert ds.fixed_rounds(0.1, 4, 5, power=0.5, win_margin=0.02, spreads=(0.1, 0.1)) > ds.fixed_rounds(0.1, 4, 5, power=0.5)
+
+
+def test_a_win_is_measured_on_until_its_aggregate_under_load_is_decided():
+    """Issue 49: a practical WIN on one stream is also tested for non-inferiority under load (its look's alpha over
+    the candidates, one-sided); while that test is undecided the candidate stays active, however clear its WIN."""
+    cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01, 3: 0.0, 4: 0.01},
+             "fast": {r: math.log(2.0) + e for r, e in enumerate((0.01, -0.01, 0.0, 0.01, -0.01))}}
+    noisy_load = {"baseline": {r: e for r, e in enumerate((0.0, 0.3, -0.3, 0.2, -0.2))},
+                  "fast": {r: e for r, e in enumerate((0.2, -0.2, 0.3, -0.3, 0.0))}}
+    alone = ds.sequential({c: {r: y for r, y in v.items() if r < 3} for c, v in cells.items()}, "baseline", ["fast"],
+                          max_rounds=5)
+    assert alone["verdicts"]["fast"]["stopped"] == "win" and alone["active"] == []
+    mid = ds.sequential({c: {r: y for r, y in v.items() if r < 3} for c, v in cells.items()}, "baseline", ["fast"],
+                        max_rounds=5, load={c: {r: y for r, y in v.items() if r < 3} for c, v in noisy_load.items()})
+    fast = mid["verdicts"]["fast"]
+    assert fast["verdict"] == ds.WIN and "stopped" not in fast and mid["active"] == ["fast"]
+    assert fast["load"]["verdict"] == ds.NOT_SHOWN and "measured on" in fast["why"]
+    assert mid["looks"][-1]["decided"] == {}
+    end = ds.sequential(cells, "baseline", ["fast"], max_rounds=5, load=noisy_load)
+    assert end["final"] and end["active"] == [] and end["verdicts"]["fast"]["load"]["verdict"] == ds.NOT_SHOWN
+    steady = {"baseline": {r: 0.01 * (-1) ** r for r in range(5)},
+              "fast": {r: math.log(0.7) + 0.01 * (-1) ** (r // 2) for r in range(5)}}
+    lost = ds.sequential(cells, "baseline", ["fast"], max_rounds=5, load=steady)
+    row = lost["verdicts"]["fast"]
+    assert row["stopped"] == "win" and row["load"]["verdict"] == ds.INFERIOR and row["load"]["high"] < 1 / 1.05
+    assert any("under load: INFERIOR" in str(v) for look in lost["looks"] for v in look["decided"].values())
+
+
+def test_non_inferiority_under_load_holds_its_level_at_the_margin():
+    """A candidate exactly at the margin under load (1 / 1.05) and clearly winning alone: shown non-inferior in
+    at most alpha of runs (the test's one-sided level is the look's alpha over the candidates)."""
+    hits, runs = 0, 400
+    for seed in range(runs):
+        rng = random.Random(seed)
+        cells = {"baseline": {r: rng.gauss(0, 0.03) for r in range(5)},
+                 "a": {r: math.log(1.5) + rng.gauss(0, 0.03) for r in range(5)},
+                 "b": {r: rng.gauss(0, 0.03) for r in range(5)}}
+        load = {"baseline": {r: rng.gauss(0, 0.05) for r in range(5)},
+                "a": {r: -math.log(1.05) + rng.gauss(0, 0.05) for r in range(5)},
+                "b": {r: rng.gauss(0, 0.05) for r in range(5)}}
+        out = ds.sequential(cells, "baseline", ["a", "b"], max_rounds=5, load=load)
+        hits += (out["verdicts"]["a"].get("load") or {}).get("verdict") == ds.NON_INFERIOR
+    assert hits / runs <= 0.05 / 2 + 0.02

@@ -162,3 +162,39 @@ def test_load_verdicts_replicate_over_rounds_like_the_single_stream_ones() -> No
     assert fast["verdict"] == _stats.TOO_FEW_ROUNDS and fast["n_rounds"] == 1
     old = _judge.judge(run, n_boot=300, method="request-bootstrap")
     assert old["load"]["fast"]["prose"]["aggregate"]["verdict"] == _stats.WIN
+
+
+def test_a_win_on_one_stream_that_loses_under_load_is_not_recommended() -> None:
+    """Issue 49: the verdict counts the operator's concurrency. Both candidates are 1.5x alone; under load one
+    is 1.3x the baseline's aggregate, the other 0.6x (speculation that wins alone and loses at the slot count)."""
+    run = run_with_load({"scales": {"speed": 1.3}, "collapses": {"speed": 0.6}})
+    j = _judge.judge(run, n_boot=200)
+    conf = j["confirmatory"]
+    scales, collapses = conf["verdicts"]["scales"], conf["verdicts"]["collapses"]
+    assert scales["verdict"] == collapses["verdict"] == "WIN"  # alone, both win
+    assert scales["load"]["verdict"] == "NON-INFERIOR" and scales["load"]["ratio"] == pytest.approx(1.3)
+    assert collapses["load"]["verdict"] == "INFERIOR" and collapses["load"]["ratio"] == pytest.approx(0.6)
+    assert scales["practical"] and not collapses["practical"]
+    assert "LOSES under load" in collapses["why"] and f"at {N} concurrent streams" in collapses["why"]
+    assert conf["recommendation"] == "scales" and conf["streams"] == N
+    rec = j["recommendation"]
+    assert rec["config"] == "scales" and "aggregate rate is 1.30x" in rec["reason"]
+    assert rec["under_load"]["verdict"] == "NON-INFERIOR" and rec["under_load"]["streams"] == N
+    section = _report.confirmatory_section(j)
+    assert section["verdicts"]["collapses"]["load"]["verdict"] == "INFERIOR" and section["streams"] == N
+    text = _report.markdown(_report.build_document(run, j))
+    assert f"aggregate at {N} streams [one-sided]" in text
+    assert "| collapses | OK | **WIN** |" in text and "0.60x [0.60, 0.60] INFERIOR" in text
+    assert "**Recommendation: scales** (1.50x" in text and f"1.30x [1.30, 1.30] NON-INFERIOR aggregate at {N}" in text
+
+
+def test_the_only_winner_alone_loses_under_load_so_the_baseline_is_kept() -> None:
+    run = run_with_load({"collapses": {"speed": 0.6}})
+    j = _judge.judge(run, n_boot=200)
+    assert j["confirmatory"]["verdicts"]["collapses"]["verdict"] == "WIN"
+    assert j["confirmatory"]["recommendation"] is None
+    assert j["recommendation"]["keep_baseline"] and j["recommendation"]["config"] == "baseline"
+    # without the load phase (one stream is the operator's concurrency) the same run recommends it
+    for e in run["entries"]:
+        e["bench"].pop("load")
+    assert _judge.judge(run, n_boot=200)["confirmatory"]["recommendation"] == "collapses"

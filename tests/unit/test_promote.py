@@ -236,3 +236,22 @@ def test_a_win_of_a_run_that_withheld_its_recommendation_is_no_promotion() -> No
     gate = confirmatory_gate({"confirmatory": dict(conf, recommendation=None, recommendation_why=why)}, "draft")
     assert gate["win"] is False and gate["verdict"] == "WIN"
     assert "recommends nothing: the baseline 'baseline' is FAILED" in gate["why"]
+
+
+@pytest.mark.parametrize("load, promoted", [
+    ({"verdict": "NON-INFERIOR", "ratio": 1.2, "low": 1.05, "high": 1.35}, True),
+    ({"verdict": "INFERIOR", "ratio": 0.54, "low": 0.45, "high": 0.62}, False),
+    ({"verdict": "NOT SHOWN", "ratio": 0.98, "low": 0.80, "high": 1.19}, False),
+])
+def test_a_win_on_one_stream_is_promoted_only_when_it_holds_at_the_units_concurrency(load, promoted) -> None:
+    """Issue 49, item 7: the gate reads the verdict under load, not only the single-stream WIN (published: +27 % on
+    one stream, -46 % at four)."""
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_promote import confirmatory_gate
+
+    row = {"verdict": "WIN", "ratio": 1.27, "low": 1.1, "high": 1.45, "load": load}
+    conf = {"endpoint": "e2e", "declared": True, "win_margin": 0.02, "margin": 0.05, "streams": 4,
+            "verdicts": {"mtp": row}}
+    gate = confirmatory_gate({"confirmatory": conf}, "mtp")
+    assert gate["win"] is promoted and gate["verdict"] == "WIN"
+    if not promoted:
+        assert "at 4 concurrent streams" in gate["why"] and gate["under_load"]["verdict"] == load["verdict"]

@@ -183,6 +183,15 @@ def _samples(entries: Iterable[Mapping[str, Any]], shape: str) -> tuple[dict[tup
     return agg, per
 
 
+def aggregate_by_round(entries: Iterable[Mapping[str, Any]], shape: str) -> dict[Any, list[float]]:
+    """round -> the aggregate tok/s of each of that round's bursts of one shape (what the verdict under load
+    compares; a burst whose streams did not all answer has none)."""
+    out: dict[Any, list[float]] = {}
+    for (rnd, _burst, _zero), rate in sorted(_samples(entries, shape)[0].items(), key=repr):
+        out.setdefault(rnd, []).append(rate)
+    return out
+
+
 def load_section(entries_by_config: Mapping[str, list[Mapping[str, Any]]], baseline: str, shapes: list[str],
                  single_stream: Mapping[str, Mapping[str, Any]], boot: Mapping[str, Any]) -> dict[str, Any] | None:
     """Per config and shape: aggregate and per-stream tok/s under load with intervals, speedups against the

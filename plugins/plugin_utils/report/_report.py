@@ -94,7 +94,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
     candidate's verdict with its interval, noise and smallest findable effect, and the recommendation."""
     conf = judged.get("confirmatory") or {}
     keys = ("verdict", "ratio", "low", "high", "mde", "noise")
-    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical", "wide")
+    extra = ("rounds", "look", "stopped", "why", "df", "status", "practical", "wide", "load")
     return {
         "endpoint": conf.get("endpoint"), "weights": conf.get("weights") or {}, "method": conf.get("method"),
         "alpha": conf.get("alpha"),
@@ -107,6 +107,7 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
         "declared": conf.get("declared"), "sizes": conf.get("sizes"), "headline": conf.get("headline"),
         "smoke": bool(conf.get("smoke")),
+        **({"streams": conf.get("streams"), "load_rule": conf["load_rule"]} if conf.get("load_rule") else {}),
     }
 
 
@@ -316,6 +317,15 @@ def _overview(j: Mapping[str, Any]) -> list[str]:
             "per config."]
 
 
+def _load_cell(load: Mapping[str, Any] | None) -> str:
+    """A candidate's aggregate under load against the baseline's: ratio [interval] and the non-inferiority call."""
+    if not load:
+        return "-"
+    if load.get("low") is None:
+        return f"{load.get('verdict', '-')} ({load.get('why') or 'no interval'})"
+    return f"{load['ratio']:.2f}x [{load['low']:.2f}, {load['high']:.2f}] {load['verdict']}"
+
+
 def _confirmatory(j: Mapping[str, Any]) -> list[str]:
     conf = j.get("confirmatory") or {}
     if not conf:
@@ -339,14 +349,18 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
         out += ["", "**Smoke run, no verdict**: this run (spec_ab_smoke) measured and reports every config's speed; "
                     "no candidate is judged, recommended or promoted."]
     rows = []
+    loaded = bool(conf.get("load_rule"))
+    if loaded:
+        out += ["", f"At the operator's concurrency: {conf['load_rule']}."]
     for name, v in conf["verdicts"].items():
         rows.append([name, v.get("status", "-"), f"**{v['verdict']}**",
-                     _conf_ci(v),
+                     _conf_ci(v), *([_load_cell(v.get("load"))] if loaded else []),
                      _pct(v["noise"]), _num(v["mde"], "{:.2f}x"), v.get("rounds", "-"),
                      {"win": "WIN", "loss": "LOSS", "futile": "futile"}.get(v.get("stopped") or "", "-")
                      + (f" after round {v['look']}" if v.get("stopped") else ""), v.get("why") or ""])
-    out += ["", *_table(["config", "status", "verdict", "speedup [simultaneous interval]", "noise",
-                         "smallest findable (estimate)", "rounds", "stopped", "note"], rows)]
+    out += ["", *_table(["config", "status", "verdict", "speedup [simultaneous interval]",
+                         *([f"aggregate at {conf.get('streams') or 'N'} streams [one-sided]"] if loaded else []),
+                         "noise", "smallest findable (estimate)", "rounds", "stopped", "note"], rows)]
     planned = conf.get("min_speedup")
     optimistic = [n for n, v in conf["verdicts"].items() if v["verdict"] == "INCONCLUSIVE" and planned
                   and v.get("mde") is not None and v["mde"] < planned]
@@ -361,7 +375,10 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
     if conf.get("spread_warning"):
         out += ["", f"**Warning**: {conf['spread_warning']}."]
     pick = conf.get("recommendation")
-    out += ["", f"**Recommendation: {pick}**" if pick else
+    pv = conf["verdicts"].get(pick) or {} if pick else {}
+    out += ["", f"**Recommendation: {pick}** ({_conf_ci(pv)} on one stream"
+                + (f"; {_load_cell(pv.get('load'))} aggregate at {conf.get('streams') or 'N'} streams"
+                   if pv.get("load") else "") + ")" if pick else
             f"**No recommendation**: {conf['recommendation_why']}." if conf.get("recommendation_why") else
             "**Recommendation: keep the baseline** (no eligible config has a WIN above the practical margin on this "
             "endpoint)."]
@@ -688,7 +705,8 @@ def summary_lines(document: Mapping[str, Any]) -> list[str]:
             below = " (below the practical margin)" if v["verdict"] == "WIN" and v.get("practical") is False else ""
             lines.append(" | ".join(["confirmatory", name, v["verdict"] + below + stopped,
                                      _conf_ci(v), _pct(v["noise"]),
-                                     _num(v["mde"], "{:.2f}x")]))
+                                     _num(v["mde"], "{:.2f}x")]
+                                    + ([f"under load {_load_cell(v['load'])}"] if v.get("load") else [])))
         if conf.get("spread_warning"):
             lines.append(f"confirmatory | warning | {conf['spread_warning']}")
     lines.append("shape (exploratory) | config | status | tok/s | speedup | verdict | n")

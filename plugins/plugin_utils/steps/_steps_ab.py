@@ -166,6 +166,8 @@ def ab_look(run: dict[str, Any]) -> dict[str, Any]:
              + "; ".join(f"{n} {r['verdict']}" + (f" ({r['stopped']})" if r.get("stopped") else "")
                          + (f" {r['ratio']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r.get("low") else
                             f" {r['ratio']:.2f}x [interval too wide to mean anything]" if r.get("wide") else "")
+                         + (f", under load {r['load']['ratio']:.2f}x {r['load']['verdict']}"
+                            if (r.get("load") or {}).get("ratio") is not None else "")
                          for n, r in conf["verdicts"].items())]
     if dropped:
         lines.append("not measured again (never a winner): " + ", ".join(f"{n} {s}" for n, s in dropped.items()))

@@ -90,6 +90,12 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
     if row.get("verdict") == "WIN" and not out["win"]:
         out["why"] += (f", a WIN below the practical margin (its lower bound is not above {1.0 + margin:.3f}x, "
                        "1 + spec_ab_win_margin)")
+    load = row.get("load")
+    if out["win"] and isinstance(load, dict) and load.get("verdict") != "NON-INFERIOR":
+        # a WIN on one stream not shown to hold at the production's concurrency (issue 49): never promoted
+        out["win"] = False
+        out["under_load"] = dict(load)
+        out["why"] += ", " + _confirm.load_why(load, conf.get("streams"), float(conf.get("margin") or 0.05))
     if out["win"] and conf.get("recommendation_why"):
         # the run withheld its recommendation (a failed or incomplete baseline start): its WINs carry no promotion
         out["win"] = False

@@ -22,7 +22,7 @@ import math
 import random
 from typing import Any, Mapping, Sequence
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _quality
+from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _loadgate, _quality
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._stats import (
     MIX_COMBINATION,
     ReportInputError,
@@ -146,6 +146,48 @@ def cells(gathered: Mapping[str, Any], names: Sequence[str], weights: Mapping[st
     return out
 
 
+def load_cells(gathered: Mapping[str, Any], names: Sequence[str], weights: Mapping[str, float]
+               ) -> dict[str, dict[int, float]] | None:
+    """config -> round -> log of the mix of aggregate tok/s under concurrent load (per round and shape the mean
+    log rate of its bursts, combined over ``weights`` like :func:`cells`); None when the run measured no load."""
+    out: dict[str, dict[int, float]] = {}
+    for name in names:
+        entries = (gathered.get(name) or {}).get("entries") or []
+        per_shape = {}
+        for s in weights:
+            by_round = _loadgate.aggregate_by_round(entries, s)
+            per_shape[s] = {r: sum(math.log(v) for v in vals) / len(vals) for r, vals in by_round.items()
+                            if isinstance(r, int) and not isinstance(r, bool)}
+        rounds = set.intersection(*(set(v) for v in per_shape.values())) if per_shape else set()
+        out[name] = {r: math.log(mix_rate({s: math.exp(per_shape[s][r]) for s in weights}, weights))
+                     for r in sorted(rounds)}
+    return out if any(out.values()) else None
+
+
+def streams_of(configs: Mapping[str, Any], baseline: str) -> int | None:
+    """The concurrency the run's load phase used (the baseline's load gate, else any config's)."""
+    for name in (baseline, *configs):
+        n = ((configs.get(name) or {}).get("load_gate") or {}).get("concurrency")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+            return n
+    return None
+
+
+def load_why(row: Mapping[str, Any], streams: int | None, margin: float) -> str:
+    """Why a WIN on one stream is not recommended: its aggregate under load against the baseline's."""
+    at = f"{streams} concurrent streams" if streams else "the production unit's concurrency"
+    if row.get("low") is None:
+        return (f"a WIN on one stream, not recommended: its aggregate rate at {at} could not be compared with the "
+                f"baseline's ({row.get('why') or 'no interval'})")
+    numbers = f"{row['ratio']:.2f}x the baseline's [{row['low']:.2f}, {row['high']:.2f}]"
+    if row.get("verdict") == _design.INFERIOR:
+        return (f"a WIN on one stream that LOSES under load, not recommended: its aggregate rate at {at} is "
+                f"{numbers}, below 1 / (1 + {margin:g}) = {1.0 / (1.0 + margin):.3f}x")
+    return (f"a WIN on one stream, not recommended: its aggregate rate at {at} ({numbers}) is not shown within "
+            f"{margin:.0%} of the baseline's (non-inferiority needs its lower bound at or above "
+            f"{1.0 / (1.0 + margin):.3f}x)")
+
+
 def family(judged_configs: Mapping[str, Any], baseline: str) -> list[str]:
     """The candidates of the run's family: every config but the baseline and the drafter probes."""
     return [n for n, c in judged_configs.items() if n != baseline and c.get("status") != "DRAFTER PROBE"]
@@ -231,16 +273,30 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
                                   "mde": None, "noise": None, "why": out["why"]}
         return out
     table = cells(gathered, [baseline, *candidates], weights, design["endpoint"])
+    under_load = None if design["smoke"] else load_cells(gathered, [baseline, *candidates], weights)
     result = _design.sequential(table, baseline, candidates, max_rounds=design["max_rounds"], alpha=design["alpha"],
                                 margin=design["margin"], min_speedup=design["min_speedup"], beta=design["beta"],
-                                looks=design["sequential"], win_margin=design["win_margin"])
+                                looks=design["sequential"], win_margin=design["win_margin"], load=under_load)
+    if under_load is not None:
+        out["streams"] = streams_of(configs, baseline)
+        out["load_rule"] = (f"aggregate tokens/s at {out['streams'] or 'the production unit'} concurrent streams "
+                            f"(the load phase, over the endpoint's weights) not below 1 / (1 + {design['margin']:g}) "
+                            "of the baseline's, one-sided at the look's alpha over the candidates: tested once a "
+                            "candidate's WIN clears the practical margin, and a candidate not shown non-inferior "
+                            "is not recommended")
     for name, row in result["verdicts"].items():
         row["status"] = configs[name]["status"]
         if design["smoke"]:  # measured and shown, never a verdict
             row.update(verdict=_design.INCONCLUSIVE, low=None, high=None, mde=None, why=SMOKE_WHY)
             row.pop("stopped", None)
         row["practical"] = practical(row, design["win_margin"])
-        if row["verdict"] == _design.WIN and not row["practical"]:
+        if row["practical"] and under_load is not None and (row.get("load") or {}).get("verdict") != \
+                _design.NON_INFERIOR:
+            row["practical"] = False
+            got = row.get("load") or {"verdict": _design.NOT_SHOWN}
+            row.setdefault("load", got)
+            row["why"] = load_why(got, out.get("streams"), design["margin"])
+        elif row["verdict"] == _design.WIN and not row["practical"]:
             row["why"] = (f"a WIN below the practical margin: its lower bound {row['low']:.3f}x is not above "
                           f"{1.0 + design['win_margin']:.3f}x (1 + spec_ab_win_margin), too small to recommend or "
                           "promote")
@@ -404,6 +460,14 @@ def partial_baseline(judged: Mapping[str, Any]) -> str | None:
     return None
 
 
+def under_load_clause(load: Mapping[str, Any] | None, streams: int | None) -> str:
+    """The recommendation's second number: the aggregate rate under load (empty when the run measured none)."""
+    if not load or load.get("low") is None:
+        return ""
+    return (f"; at {streams or 'the production unit'} concurrent streams its aggregate rate is {load['ratio']:.2f}x "
+            f"[{load['low']:.2f}, {load['high']:.2f}], not below the baseline's beyond the equivalence margin")
+
+
 def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
     """The recommendation section: the confirmatory endpoint's best WIN among eligible configs, else keep the
     baseline; the configs that could not be candidates are listed with why."""
@@ -435,7 +499,8 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
         out["candidates"].append({"config": name, "speedup": row["ratio"], "ci_low": row["low"],
                                   "ci_high": row["high"], "verdict": row["verdict"], "mde": row["mde"],
                                   "noise": row["noise"], "n": f"{row.get('rounds', 0)} rounds",
-                                  **({"wide": True} if row.get("wide") else {})})
+                                  **({"wide": True} if row.get("wide") else {}),
+                                  **({"under_load": dict(row["load"])} if row.get("load") else {})})
     pick = conf.get("recommendation")
     if pick:
         row = conf["verdicts"][pick]
@@ -444,7 +509,10 @@ def recommend(judged: Mapping[str, Any]) -> dict[str, Any]:
                            f"({conf.get('headline') or conf['endpoint'] + ' over ' + conf['weights_from']}) "
                            f"[{row['low']:.2f}, {row['high']:.2f}], "
                            f"a WIN with the family-wise error held at {conf['alpha']:g}, its lower bound above "
-                           f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"))
+                           f"1 + {conf.get('win_margin', WIN_MARGIN):g} (spec_ab_win_margin)"
+                           + under_load_clause(row.get("load"), conf.get("streams"))))
+        if row.get("load"):
+            out["under_load"] = dict(row["load"], streams=conf.get("streams"))
     elif conf.get("smoke"):  # its rows still list the candidates and the excluded, with why
         out.update(config=baseline, keep_baseline=True, reason=f"{SMOKE_WHY}: no recommendation")
     else:

@@ -552,6 +552,52 @@ def fixed_rounds(s: float, m: int, configs: int, *, alpha: float = ALPHA, effect
     return None
 
 
+# The candidate's aggregate rate under load (the production unit's slot count) against the baseline's: non-inferior
+# when its one-sided lower bound is at or above 1 / (1 + margin), inferior when its upper bound is below it.
+NON_INFERIOR = "NON-INFERIOR"
+INFERIOR = "INFERIOR"
+NOT_SHOWN = "NOT SHOWN"
+
+
+def _t_critical(level: float, df: float) -> float:
+    """The one-sided critical value of Student's t at ``level`` (bisection on the tail, so 1e-12 is fine)."""
+    if not (0.0 < level < 0.5) or df <= 0:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while _t_tail(hi, df) > level:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e12:
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_tail(mid, df) > level:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def load_comparison(fit: Fit | None, name: str, level: float, margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
+    """A candidate's non-inferiority under load: its aggregate tokens/s against the baseline's under the same
+    load, one-sided at ``level`` (the look's alpha share per candidate). ``verdict``: NON-INFERIOR (lower bound at
+    or above 1 / (1 + margin)), INFERIOR (upper bound below it) or NOT SHOWN (neither, or too few rounds)."""
+    bound = 1.0 / (1.0 + margin)
+    row: dict[str, Any] = {"ratio": None, "low": None, "high": None, "verdict": NOT_SHOWN, "level": level,
+                           "bound": bound, "rounds": 0}
+    if fit is None or fit.s is None or fit.df <= 0 or name not in fit.estimate or not math.isfinite(fit.se[name]):
+        row["why"] = "too few rounds under load to compare with the baseline's"
+        return row
+    got = comparison(fit, name, _t_critical(level, float(fit.df)), margin)
+    row.update(ratio=got["ratio"], low=got["low"], high=got["high"], rounds=got["rounds"])
+    if got["low"] is None:
+        row["why"] = got.get("why") or "no interval under load"
+    elif got["low"] >= bound:
+        row["verdict"] = NON_INFERIOR
+    elif got["high"] < bound:
+        row["verdict"] = INFERIOR
+    return row
+
+
 def _look(fit: Fit, active: Sequence[str], n: int, m: int, a_n: float, b_n: float, margin: float,
           min_speedup: float, win_margin: float, futility: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """What one look records, and its rows. A candidate stops on a WIN whose lower
@@ -583,8 +629,13 @@ def _look(fit: Fit, active: Sequence[str], n: int, m: int, a_n: float, b_n: floa
 def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidates: Sequence[str], *,
                max_rounds: int = MAX_ROUNDS, alpha: float = ALPHA, margin: float = EQUIVALENCE_MARGIN,
                min_speedup: float = MIN_SPEEDUP, beta: float = BETA, looks: bool = True,
-               win_margin: float = 0.0) -> dict[str, Any]:
+               win_margin: float = 0.0, load: Mapping[str, Mapping[Any, float]] | None = None) -> dict[str, Any]:
     """Replay the looks of a run over ``cells`` ({config: {round index: y}}, rounds numbered 0, 1, ...).
+
+    ``load``: the same table of the aggregate rate under concurrent load (the production's slot count), or None
+    when the run measured none. Then a candidate whose WIN clears 1 + ``win_margin`` is also tested for
+    non-inferiority under load (:func:`load_comparison`, at that look's alpha over the candidates, one-sided),
+    and measured on until that test is decided or the rounds run out; each row then carries ``load``.
 
     With ``looks`` the run is sequential: a look after every round from FIRST_LOOK to ``max_rounds``; else one
     look after the last round measured, with all of alpha. Returns ``{"verdicts": {name: row}, "active":
@@ -604,21 +655,38 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
     points = list(range(FIRST_LOOK, min(measured, max_rounds) + 1)) if looks else (
         [min(measured, max_rounds)] if measured >= FIRST_LOOK else [])
     decided: set[str] = set()
+    won: dict[str, dict[str, Any]] = {}  # a practical WIN whose test under load is not decided yet
+    ni_spent: dict[str, float] = {}  # per candidate, the level its tests under load used at earlier looks
     used_alpha = used_beta = 0.0  # a look that could not test spends nothing: its share goes to the next look
     for n in points:
         final = n >= max_rounds or not looks
         sub = {c: {r: y for r, y in v.items() if r < n} for c, v in cells.items()}
         fit = fit_blocks(sub, baseline)
-        active = [c for c in candidates if c not in decided and (n - 1) in (cells.get(c) or {})]
+        active = [c for c in candidates if c not in decided and c not in won and (n - 1) in (cells.get(c) or {})]
+        pending = [c for c in won if c not in decided and (n - 1) in (load or {}).get(c, {})]
         look: dict[str, Any] = {"after_round": n, "tested": active, "decided": {}}
+        if pending:
+            look["tested_under_load"] = pending
         history.append(look)
-        if fit is None or fit.df <= 0 or not active:
+        if (fit is None or fit.df <= 0 or not active) and not pending:
             look["why"] = "no residual degrees of freedom" if fit is not None and active else "nothing to test"
             continue
         a_n = alpha if not looks else cumulative(n / max_rounds, alpha) - used_alpha
         b_n = cumulative(n / max_rounds, beta, "linear") - used_beta if looks else 0.0
         try:
-            record, rows = _look(fit, active, n, m, a_n, b_n, margin, min_speedup, win_margin, looks and not final)
+            record, rows = _look(fit, active, n, m, a_n, b_n, margin, min_speedup, win_margin, looks and not final) \
+                if fit is not None and fit.df > 0 and active else ({"alpha": a_n}, {})
+            if load is not None:
+                fit_load = fit_blocks({c: {r: y for r, y in v.items() if r < n} for c, v in load.items()}, baseline)
+                for name in pending:
+                    rows[name] = dict(won[name])
+                for name, row in rows.items():
+                    if row.get("stopped") == "win":
+                        # its share of alpha (alpha / m), spent like the WIN's until the last look, which
+                        # gets what is left of it: the share the candidate's own WIN passes on
+                        level = alpha / m - ni_spent.get(name, 0.0) if final else a_n / m
+                        ni_spent[name] = ni_spent.get(name, 0.0) + level
+                        row["load"] = load_comparison(fit_load, name, level, margin)
         except (ArithmeticError, ValueError, ReportInputError) as exc:
             # no input should get here; if one does, the look says so, spends nothing and its candidates go on
             look["why"] = (f"the look could not be computed ({type(exc).__name__}: {exc}): it spent no alpha, and "
@@ -628,9 +696,17 @@ def sequential(cells: Mapping[str, Mapping[Any, float]], baseline: str, candidat
         look.update(record)
         for name, row in rows.items():
             verdicts[name] = row
+            if row.get("stopped") == "win" and "load" in row and row["load"]["verdict"] == NOT_SHOWN and not final:
+                # a WIN on one stream, not yet shown not to lose at the operator's concurrency: measured on
+                won[name] = {k: v for k, v in row.items() if k != "load"}
+                row.pop("stopped")
+                row["why"] = ("a WIN on one stream, measured on: its aggregate rate under load is not yet shown "
+                              f"within {margin:.0%} of the baseline's")
+                continue
             if row.get("stopped"):
                 decided.add(name)
-                look["decided"][name] = row["stopped"]
+                look["decided"][name] = row["stopped"] + (f" (under load: {row['load']['verdict']})"
+                                                          if "load" in row else "")
     active = [c for c in candidates if c not in decided]
     final = measured >= max_rounds or (bool(points) and not looks)
     base_rounds = len([r for r in (cells.get(baseline) or {}) if isinstance(r, int)])
