@@ -19,8 +19,9 @@ generator during the screen: bounded requests, one at a time, to 127.0.0.1 only,
 what the role's own ``screen_select`` does with it (kept, kept as unreliable, SCREENED OUT; each K a config of one
 sweep, as the A/B screens a sweep) and "measured winner sent to the rounds": yes when the config the sweep measured
 fastest (the baseline unless a K measured at least spec_ab_min_speedup over production) is not SCREENED OUT. It
-must read yes in every row; nothing here is timed against a limit. Each bed's summary gives the host load the
-screen recorded. The raw screens and measurements go to .build/benchmark-screen-<setting>.json.
+must read yes in every row; nothing here is timed against a limit. "by the bound alone" is the same with every
+unreliable mark taken off (the optimistic bound decides alone: a NO there is a winner only the marks kept). Each
+bed's summary gives the host load the screen recorded. The raw screens and measurements go to .build/benchmark-screen-<setting>.json.
 
 Run: make benchmark-screen (PYTHONPATH=tests:.build/collections .venv/bin/python benchmarks/screen.py [--setting S])
 """
@@ -167,12 +168,16 @@ def pinned(setting: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def sweep_selection(screen: Mapping[str, Any], name: str, min_speedup: float = MIN_SPEEDUP) -> dict[str, Any]:
+def sweep_selection(screen: Mapping[str, Any], name: str, min_speedup: float = MIN_SPEEDUP,
+                    marks: bool = True) -> dict[str, Any]:
     """What the role's screen_select does with candidate ``name``'s depths: each K a config of one sweep (base
-    ``name``, as spec_ab expands a sweep; screen_candidates screens each at its own depth), beside the baseline."""
+    ``name``, as spec_ab expands a sweep; screen_candidates screens each at its own depth), beside the baseline.
+    ``marks=False``: with every unreliable mark taken off, the bound alone decides (what the marks protect)."""
     got = screen["candidates"][name]
     configs = [{"name": "baseline"}, *({"name": f"{name}@k={k}", "base": name} for k in got["k"])]
-    per_k = {f"{name}@k={k}": {"screenable": True, "k": {k: row}, "best_k": int(k)} for k, row in got["k"].items()}
+    per_k = {f"{name}@k={k}": {"screenable": True, "k": {k: row if marks else {**row, "unreliable": False,
+                                                                               "unreliable_why": None}},
+                               "best_k": int(k)} for k, row in got["k"].items()}
     return _steps_screen.screen_select({"production": screen["production"], "candidates": per_k}, configs,
                                        "baseline", min_speedup, ROUNDS)
 
@@ -228,7 +233,8 @@ def load_line(screen: Mapping[str, Any], name: str) -> str:
 def run_setting(setting: str, binary: str) -> tuple[list[tuple[str, ...]], list[str], list[dict[str, Any]]]:
     """Every bed in ``setting``: the table's rows, the summary lines and the raw record."""
     rows = [("bed", "candidate", "K", "len screen", "len server", "ratio", "tok/s predicted", "[low, high]",
-             "tok/s measured", "ratio", "unreliable", "bound", "screen", "measured winner sent to the rounds")]
+             "tok/s measured", "ratio", "unreliable", "bound", "screen", "measured winner sent to the rounds",
+             "by the bound alone")]
     summary, record = [], []
     for bed in BEDS:
         for cand in bed["candidates"]:
@@ -263,7 +269,9 @@ def run_setting(setting: str, binary: str) -> tuple[list[tuple[str, ...]], list[
             selection = sweep_selection(screen, cand["name"])
             decided = decisions(selection, cand["name"])
             sent = winner_sent(measured, base["tok_s"], decided)
-            rows += [(*line, decided.get(int(line[2]), "-"), sent) for line in lines]
+            strict = winner_sent(measured, base["tok_s"], decisions(sweep_selection(screen, cand["name"], marks=False),
+                                                                    cand["name"]))
+            rows += [(*line, decided.get(int(line[2]), "-"), sent, strict) for line in lines]
             pick, winner = got["best_k"], max(measured, key=measured.get)
             sweep = ROUNDS * (1 + len(measured))  # the baseline and every K, each round
             confirm = 2 * ROUNDS  # the baseline and the pick
@@ -280,7 +288,8 @@ def run_setting(setting: str, binary: str) -> tuple[list[tuple[str, ...]], list[
             if reasons:
                 summary.append(f"  unreliable because: {reasons[0][:300]}")
             record.append({"bed": bed["bed"], "candidate": cand["name"], "screen": screen, "measured": measured,
-                           "production_tok_s": base["tok_s"], "selection": selection, "sent": sent})
+                           "production_tok_s": base["tok_s"], "selection": selection, "sent": sent,
+                           "sent_by_the_bound_alone": strict})
     return rows, summary, record
 
 

@@ -69,3 +69,10 @@ def test_load_line_names_each_phase_and_the_load_average() -> None:
     line = B.load_line(screen, "draft")
     assert line == ("other processes' cores: production's timing 0.10, the copy 0.20-0.90; load average 0.50-0.90; "
                     "1 of 4 phases busy; 1 reasons on production's timings")
+
+
+def test_the_bound_alone_ignores_the_unreliable_marks() -> None:
+    # K=2 unreliable, its bound 1.1x: kept with its mark, SCREENED OUT by the bound alone
+    screen = _screen({"2": _row(30.0, 10.0, 1.1, unreliable=True), "8": _row(55.0, 50.0, 2.5)})
+    assert B.decisions(B.sweep_selection(screen, "draft"), "draft") == {2: "kept (unreliable)", 8: "kept"}
+    assert B.decisions(B.sweep_selection(screen, "draft", marks=False), "draft") == {2: "SCREENED OUT", 8: "kept"}
