@@ -3,12 +3,13 @@
 # speculative acceptance and nothing else, cached outside the repo beside the first build. Prints the path of the
 # binary on its last line; a second run costs nothing.
 #
-# The change (common/sampling.cpp, common_sampler_sample_and_accept_n): the verifier stops after two drafted tokens
-# per round, as if they had been rejected from the third on. Every token it emits is still the target's own greedy
-# token (the one at the cut is sampled from the target's logits at that position), so the text is unchanged, lossless
-# as the real upgrades the field notes describe; only the accepted length per round is capped at 2, so a draft that
-# the unchanged build accepts at ~0.9 of 3 tokens is accepted at most 2 of 3 here. It touches neither the server's
-# flags nor its /health: a canary that checks /health alone passes it.
+# The change (common/sampling.cpp, common_sampler_sample_and_accept_n; made by regress_sampling.py beside this
+# script, which molecule/build also runs on its host's tree): the verifier stops after two drafted tokens per round,
+# as if they had been rejected from the third on. Every token it emits is still the target's own greedy token (the
+# one at the cut is sampled from the target's logits at that position), so the text is unchanged, lossless as the
+# real upgrades the field notes describe; only the accepted length per round is capped at 2, so a draft that the
+# unchanged build accepts at ~0.9 of 3 tokens is accepted at most 2 of 3 here. It touches neither the server's flags
+# nor its /health: a canary that checks /health alone passes it.
 #
 # The tree is a second copy of the pinned sdist under its own work dir, laid out as the first build's. llama.cpp's
 # unity sources name every file by its absolute path, so a copy at another path misses ccache for all of src/ (minutes
@@ -40,24 +41,7 @@ bsrc="$work/src/llama_cpp_python-$version"
 if [ ! -f "$bsrc/.llmfleet-regressed" ]; then
   rm -rf "$bsrc.tmp" && mkdir -p "$bsrc.tmp"
   tar -C "$bsrc.tmp" --strip-components=1 -xzf "$sdist"
-  python3 - "$bsrc.tmp/vendor/llama.cpp/common/sampling.cpp" <<'PY'
-import sys
-path = sys.argv[1]
-text = open(path, encoding="utf-8").read()
-anchor = """        if (draft[i] != id || (llama_vocab_is_eog(vocab, id) && i + 1 < draft.size())) {
-            break;
-        }
-"""
-change = anchor + """
-        // llmfleet.specdec test bed, the regressed build: stop verifying after two drafted tokens per round
-        if (i + 1 > 2) {
-            break;
-        }
-"""
-if text.count(anchor) != 1:
-    sys.exit(f"{path}: the verifier loop of common_sampler_sample_and_accept_n is not where this script expects it")
-open(path, "w", encoding="utf-8").write(text.replace(anchor, change))
-PY
+  python3 "$(dirname "$0")/regress_sampling.py" "$bsrc.tmp/vendor/llama.cpp" >&2
   touch "$bsrc.tmp/.llmfleet-regressed"
   rm -rf "$bsrc" && mkdir -p "$work/src" && mv "$bsrc.tmp" "$bsrc"
 fi
