@@ -234,7 +234,7 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q --durations=15 tests/unit
 
-test-integration: venv collection llama-server llama-server-regressed vllm-testbed
+test-integration: venv collection llama-server llama-server-regressed vllm-testbed win-models
 	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q --durations=15 tests/integration
 
 # ---------------------------------------------------------------------------------------------------------------
