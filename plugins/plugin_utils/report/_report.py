@@ -103,7 +103,8 @@ def confirmatory_section(judged: Mapping[str, Any]) -> dict[str, Any]:
         "recommendation": conf.get("recommendation"), "recommendation_why": conf.get("recommendation_why"),
         "weights_from": conf.get("weights_from"), "margin": conf.get("margin"), "win_margin": conf.get("win_margin"),
         "min_speedup": conf.get("min_speedup"), "max_rounds": conf.get("max_rounds"),
-        "sequential": conf.get("sequential"), "looks": conf.get("looks") or [], "restarts": conf.get("restarts"),
+        "sequential": conf.get("sequential"), "chosen_by": conf.get("chosen_by"), "looks": conf.get("looks") or [],
+        "restarts": conf.get("restarts"),
         "why": conf.get("why"), "spread": conf.get("spread") or {}, "spread_warning": conf.get("spread_warning"),
         "declared": conf.get("declared"), "sizes": conf.get("sizes"), "headline": conf.get("headline"),
         "smoke": bool(conf.get("smoke")),
@@ -340,6 +341,8 @@ def _confirmatory(j: Mapping[str, Any]) -> list[str]:
            + f"; EQUIVALENT means the whole interval lies within 1 +- {conf['margin']:g}"
            + (f"; a WIN is recommended only with its lower bound above 1 + {conf['win_margin']:g} (spec_ab_win_margin)"
               if conf.get("win_margin") is not None else "") + "."]
+    if conf.get("chosen_by"):
+        out += ["", f"The design: {conf['chosen_by']}."]
     if conf.get("declared") is False:
         out += ["", f"**Not your traffic**: {conf['headline']}. promote.yml refuses a winner of this run unless "
                     "specdec_promote_force=true (recorded)."]

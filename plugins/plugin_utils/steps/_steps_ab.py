@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, llmfleet.specdec contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-# Controller-side steps for the A/B role: sweep expansion, the seeded schedule, the look after a round, step 0's counters.
+# Controller-side steps for the A/B role: sweep expansion, the design's choice, the seeded schedule, the look after a
+# round, step 0's counters.
 # Not filters of their own: roles and playbooks call them through filter llmfleet.specdec.internal.
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ansible_collections.llmfleet.specdec.plugins.module_utils.common._secrets i
 from ansible_collections.llmfleet.specdec.plugins.module_utils.llamacpp._flags import parse as parse_flags
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _envfile as envfile
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd._render import render_candidate, render_configs, server_key
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _choose, _judge
 
 # A config with one of these statuses is never a winner whatever later rounds measure (its text differs, or it
 # does not draft: properties of the config), so they do not measure it. A FAILED or INCOMPLETE config is measured
@@ -188,6 +189,71 @@ def _look_failed(run: Any, exc: Exception) -> dict[str, Any]:
              ("next round: " + ", ".join(names)) if names else "no config to measure: the run stops"]
     return {"active": names, "stop": not names, "decided": {}, "dropped": {}, "lines": lines,
             "error": f"{kind}{exc}"}
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _sequential_setting(value: Any) -> bool | None:
+    """spec_ab_sequential: ``auto`` (None: the plan chooses), or true / false (forced), as Ansible spells them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text == "auto":
+        return None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise AnsibleFilterError(f"spec_ab_sequential: expected auto, true or false, got {value!r}")
+
+
+def _setting(settings: dict[str, Any], key: str, variable: str, kind: type = float) -> Any:
+    value = settings.get(key)
+    try:
+        if isinstance(value, bool) or value is None:
+            raise ValueError
+        return kind(value) if kind is float else int(str(value).strip())
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"{variable}: expected a {'number' if kind is float else 'whole number'}, "
+                                 f"got {value!r}") from None
+
+
+def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """The run's design (docs/statistics.md, "Choosing the design"): with ``sequential`` auto (spec_ab_sequential),
+    the sequential design or the fewest fixed rounds, whichever needs fewer expected starts at the sequential
+    design's power to recommend the planned effect (``_choose.choose``); true or false force it. ``settings``:
+    baseline, max_rounds, min_speedup, alpha, win_margin, noise (the round noise to plan for; empty: the default),
+    noise_from (where it came from), smoke. Returns ``_choose.choose``'s answer with ``chosen_by`` (what the
+    report says) and, for a run with nothing to choose (a smoke run, no candidate), the design it keeps."""
+    force = _sequential_setting(sequential)
+    settings = dict(settings or {})
+    names = [c.get("name") if isinstance(c, dict) else c for c in configs or []
+             if not (isinstance(c, dict) and c.get("probe_for"))]
+    m = len([n for n in names if n != settings.get("baseline")])
+    max_rounds = _setting(settings, "max_rounds", "spec_ab_max_rounds", int)
+    smoke = str(settings.get("smoke")).strip().lower() in _TRUE
+    keep = True if force is None else force
+    if smoke or m < 1 or max_rounds < 2:
+        reason = ("a smoke run gives no verdict" if smoke else "no candidate" if m < 1 else "fewer than 2 rounds")
+        return {"sequential": keep, "rounds": max_rounds, "chosen_by": f"nothing to choose ({reason})",
+                "line": f"design: {'sequential' if keep else f'fixed {max_rounds} rounds'} ({reason}: nothing to choose)"}
+    noise_text = str(settings.get("noise") if settings.get("noise") is not None else "").strip()
+    noise = None if noise_text in ("", "None", "0", "0.0") else _setting(settings, "noise", "spec_ab_planned_noise")
+    try:
+        got = _choose.choose(m, effect=_setting(settings, "min_speedup", "spec_ab_min_speedup"),
+                             alpha=_setting(settings, "alpha", "spec_ab_alpha"),
+                             win_margin=_setting(settings, "win_margin", "spec_ab_win_margin"),
+                             max_rounds=max_rounds, noise=noise, force=force,
+                             noise_from=str(settings.get("noise_from") or "")
+                             or ("spec_ab_planned_noise" if noise is not None else
+                                 f"the default {_choose.DEFAULT_NOISE:g}, no measured noise given"))
+    except SpecdecError as exc:
+        raise AnsibleFilterError(f"the design's choice: {exc}") from None
+    setting = "auto" if force is None else ("true" if force else "false") + " (forced)"
+    got["chosen_by"] = f"spec_ab_sequential {setting}: {got['line']}; {got['why']} ({got['runs']} simulated runs)"
+    return got
 
 
 def spec_counters(metrics_text: str | None) -> dict[str, Any]:

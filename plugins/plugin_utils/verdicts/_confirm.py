@@ -34,7 +34,7 @@ ENDPOINTS = ("e2e", "decode")
 METRICS = ("decode", "e2e", "ttft")
 DEFAULT_DESIGN = {"endpoint": "e2e", "max_rounds": None, "sequential": True, "alpha": _design.ALPHA,
                   "margin": _design.EQUIVALENCE_MARGIN, "min_speedup": _design.MIN_SPEEDUP, "beta": _design.BETA,
-                  "primary_shape": None, "win_margin": None, "smoke": False}
+                  "primary_shape": None, "win_margin": None, "smoke": False, "chosen_by": None}
 # A smoke run (spec_ab_smoke): the role's functional check. It measures and reports, may use one round, and gives
 # no verdict: every candidate is INCONCLUSIVE, nothing is recommended and promote.yml refuses it, force or not.
 SMOKE_WHY = ("a smoke run (spec_ab_smoke): measured and reported without a verdict; it is never recommended or "
@@ -258,7 +258,7 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "combination": MIX_COMBINATION, "alpha": design["alpha"], "margin": design["margin"],
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
         "win_margin": design["win_margin"],
-        "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
+        "sequential": design["sequential"], "chosen_by": design["chosen_by"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
         "declared": source != BUILT_IN, "smoke": design["smoke"],
     }
     if source == BUILT_IN:
