@@ -87,7 +87,7 @@ def test_auto_chooses_and_the_report_is_told_why() -> None:
 def test_true_and_false_force_the_design_and_still_give_the_figures(value, sequential) -> None:
     got = ab_design_choice(CONFIGS, value, dict(SETTINGS, noise="0.10"))
     assert got["sequential"] is sequential and got["rounds"] == 5
-    assert got["chosen_by"].startswith(f"spec_ab_sequential {str(sequential).lower()} (forced): ")
+    assert got["chosen_by"].startswith(f"spec_ab_sequential {str(sequential).lower()}: design: ")
     assert "(forced)" in got["line"] and "auto would choose fixed" in got["line"]
     if not sequential:
         assert got["starts"] == 25.0 and got["other_starts"] == round(got["sequential_design"]["starts"], 1)

@@ -251,8 +251,10 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
                                  f"the default {_choose.DEFAULT_NOISE:g}, no measured noise given"))
     except SpecdecError as exc:
         raise AnsibleFilterError(f"the design's choice: {exc}") from None
-    setting = "auto" if force is None else ("true" if force else "false") + " (forced)"
-    got["chosen_by"] = f"spec_ab_sequential {setting}: {got['line']}; {got['why']} ({got['runs']} simulated runs)"
+    if force is None:
+        got["chosen_by"] = f"spec_ab_sequential auto: {got['line']}; {got['why']} ({got['runs']} simulated runs)"
+    else:  # the line says forced, and what auto would choose
+        got["chosen_by"] = f"spec_ab_sequential {'true' if force else 'false'}: {got['line']} ({got['runs']} simulated runs)"
     return got
 
 
