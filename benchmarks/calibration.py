@@ -17,6 +17,10 @@ Scenarios (4 or 5 candidates beside the baseline):
 - ``one 1.10x``: 4 nulls and one true 1.10x (the issue's case): a recommendation naming a null is false.
 - ``one 1.2x``, ``one 2x``: 3 nulls and one true effect: power (that one called WIN), false WINs among the nulls.
 
+**The design's choice** (``--design-runs``): ``_choose.choose``, what ``spec_ab_sequential: auto`` runs in the
+plan, at sigma 0.05 and 0.10 and planned effects 1.2x and 2x: the sequential design's expected starts and power to
+be recommended, the fewest fixed rounds with that power, and which the plan takes.
+
 **Unequal noise and skewed starts** (``--noise-runs``): 4 or 8 null candidates with equal noise, a baseline 2x or
 3x noisier than them, one candidate 3x noisier, a rare fast start mode (probability 0.15, +15 %), skewed starts
 (a slow tail); per scenario the family-wise false WIN with its 95 % Clopper-Pearson interval.
@@ -53,7 +57,7 @@ from typing import Any
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common import _stats
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps import _steps_ab as ab_filters
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _confirm, _design, _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _choose, _confirm, _design, _judge
 
 CACHE = Path(os.environ.get("LLMFLEET_CACHE") or Path.home() / ".cache" / "llmfleet-specdec")
 SIM_SHAPES = ("prose", "echo", "structured", "identity")
@@ -207,6 +211,43 @@ def simulate_noise(runs: int, sigma: float, max_rounds: int) -> list[dict[str, A
                      "seconds": round(time.monotonic() - t0, 1)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
+
+
+DESIGN_EFFECTS = (1.2, 2.0)
+
+
+def simulate_design(runs: int, sigmas: list[float], max_rounds: int) -> list[dict[str, Any]]:
+    """The plan's choice of design (``_choose.choose``, what spec_ab_sequential auto runs) at 4 candidates, one
+    real at the planned effect and three null: both designs' expected starts and power to be recommended."""
+    rows = []
+    for sigma in sigmas:
+        for effect in DESIGN_EFFECTS:
+            t0 = time.monotonic()
+            got = _choose.choose(4, effect=effect, alpha=_design.ALPHA, win_margin=_confirm.WIN_MARGIN,
+                                 max_rounds=max_rounds, noise=sigma, runs=runs, cell_budget=None)
+            rows.append({"sigma": sigma, "effect": effect, "runs": got["runs"], "sequential": got["sequential"],
+                         "rounds": got["rounds"], "line": got["line"], "why": got["why"],
+                         "sequential_design": got["sequential_design"], "fixed_design": got["fixed_design"],
+                         "fixed_by_rounds": got["fixed_by_rounds"], "seconds": round(time.monotonic() - t0, 1)})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_design(rows: list[dict[str, Any]], max_rounds: int) -> None:
+    print(f"\nThe design's choice (spec_ab_sequential auto; at most {max_rounds} rounds, 4 candidates, one real at the "
+          "planned effect, the rest null): expected starts and power to be recommended, the sequential design against "
+          "the fewest fixed rounds with its power (less one standard error of the simulated rate), on the same runs.\n")
+    print("| sigma | planned effect | runs | sequential: starts | sequential: recommended (WIN) | fixed: rounds for "
+          "the same power | fixed: starts | fixed: recommended | fixed rounds simulated (recommended) | chosen |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        seq, fixed = r["sequential_design"], r["fixed_design"]
+        tried = ", ".join(f"{k}: {100 * v['power']:.1f} %" for k, v in r["fixed_by_rounds"].items())
+        chosen = "sequential" if r["sequential"] else f"fixed {r['rounds']} rounds"
+        print(f"| {r['sigma']:g} | {r['effect']:g}x | {r['runs']} | {seq['starts']:.1f} | {100 * seq['power']:.1f} % "
+              f"({100 * seq['power_win']:.1f} %) | " + (f"{fixed['rounds']} | {fixed['starts']} | "
+                                                        f"{100 * fixed['power']:.1f} %" if fixed else "none | - | -")
+              + f" | {tried} | {chosen} |")
 
 
 def print_noise(rows: list[dict[str, Any]], max_rounds: int) -> None:
@@ -422,6 +463,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--fixed", action="store_true",
                     help="simulate the fixed design (spec_ab_sequential: false): every candidate measured in all "
                          "--max-rounds rounds, one look at the whole alpha")
+    ap.add_argument("--design-runs", type=int, default=1000,
+                    help="simulated runs per row of the design's choice (sigma 0.05 and 0.10, 1.2x and 2x); 0 skips")
+    ap.add_argument("--design-sigmas", default="0.05,0.10")
     ap.add_argument("--tiny-runs", type=int, default=10, help="real runs on the tiny bed (4 null twins); 0 skips")
     ap.add_argument("--eligible-runs", type=int, default=0,
                     help="real runs on the tiny bed with production speculative and 4 eligible null twins (a false "
@@ -451,6 +495,8 @@ def main(argv: list[str]) -> int:
             print_sim(saved["simulation"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
         if saved.get("noise"):
             print_noise(saved["noise"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
+        if saved.get("design"):
+            print_design(saved["design"], saved.get("args", {}).get("max_rounds", _design.MAX_ROUNDS))
         for bed, runs in (saved.get("runs") or {}).items():
             if runs:
                 print_real(bed, judge_runs(runs), 0.0)
@@ -475,6 +521,11 @@ def main(argv: list[str]) -> int:
         saved["noise"] = simulate_noise(args.noise_runs, args.noise_sigma, args.max_rounds)
         save()
         print_noise(saved["noise"], args.max_rounds)
+    if args.design_runs:
+        saved["design"] = simulate_design(args.design_runs, [float(x) for x in args.design_sigmas.split(",")],
+                                          args.max_rounds)
+        save()
+        print_design(saved["design"], args.max_rounds)
     if args.tiny_runs or args.eligible_runs or args.win_runs or args.predict_rounds:
         from testbed import models
 

@@ -23,9 +23,9 @@ def _chosen(noise: float) -> dict:
 
 def _consistent(got: dict) -> None:
     """The pick agrees with the chooser's own figures: fixed only when it reaches the sequential design's power
-    (less one standard error) with fewer starts; sequential otherwise."""
+    (less the tolerance) with fewer starts; sequential otherwise."""
     seq, fixed = got["sequential_design"], got["fixed_design"]
-    goal = seq["power"] - (seq["power"] * (1 - seq["power"]) / got["runs"]) ** 0.5
+    goal = seq["power"] - _choose.POWER_TOLERANCE
     if got["sequential"]:
         assert fixed is None or fixed["starts"] >= seq["starts"] or fixed["power"] < goal, got
         assert got["starts"] == round(seq["starts"], 1) and got["power"] == seq["power"]

@@ -12,9 +12,10 @@ a config's round value ``log rate = its true log speedup + N(0, noise)``, seeded
 the same choice. Both designs are judged by the project's own code (``_design.sequential`` with looks for the
 sequential design, without for the fixed one), power counted as the share of runs that **recommend** the real
 candidate (its WIN's lower bound above 1 + win_margin). The fixed design is the fewest rounds (at most
-max_rounds) whose simulated power reaches the sequential design's, less one Monte Carlo standard error of that
-rate (the two are then the same power as far as the simulation can tell); the one with fewer expected starts is
-chosen, the sequential design on a tie or when no fixed design within max_rounds reaches its power.
+max_rounds) whose simulated power reaches the sequential design's less POWER_TOLERANCE (5 points: what the plan's
+200 runs resolve, a rate's standard error there being up to 3.5 points; a fixed design that close is the same
+power as far as the plan can tell); the one with fewer expected starts is chosen, the sequential design on a tie
+or when no fixed design within max_rounds reaches its power.
 
 The simulation replaces the analytic power line (:func:`_design.fixed_rounds`) here because the choice turns on a
 few points of power, about what that line misreads (docs/statistics.md: 5-7 points high for a 3-round fixed
@@ -38,6 +39,8 @@ MAX_CANDIDATES = 64
 # The work is bounded: runs x configs at most this (200 runs up to 4 candidates, 40 runs at most with 24 or more),
 # so a sweep's many candidates cost the plan seconds, not minutes.
 CELL_BUDGET = 1000
+# Two powers closer than this are the same power to the plan (see the module's docstring).
+POWER_TOLERANCE = 0.05
 
 
 def _number(name: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
@@ -60,14 +63,16 @@ def _recommended(out: dict[str, Any], win_margin: float) -> bool:
 
 
 def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_rounds: int, noise: float,
-             runs: int = RUNS, seed: int = 0, through: int = 0) -> dict[str, Any]:
-    """Both designs on the same seeded runs (``runs``, fewer where runs x configs would pass CELL_BUDGET). Returns
+             runs: int = RUNS, seed: int = 0, through: int = 0, cell_budget: int | None = CELL_BUDGET) -> dict[str, Any]:
+    """Both designs on the same seeded runs (``runs``, fewer where runs x configs would pass ``cell_budget``; None:
+    no bound, for the benchmark). Returns
     ``{"sequential": {"starts", "power", "power_win"}, "fixed": {rounds: {"starts", "power"}}, "goal", "runs"}``;
     the fixed rounds evaluated are 2 .. max_rounds, in order, until one reaches the sequential design's power (less
-    one standard error, ``goal``) and at least ``through``, so later ones may be missing."""
+    POWER_TOLERANCE, ``goal``) and at least ``through``, so later ones may be missing."""
     m = _whole("candidates", m, 1, MAX_CANDIDATES)
     max_rounds = _whole("max_rounds", max_rounds, _design.FIRST_LOOK, 50)
-    runs = min(_whole("runs", runs, 20, MAX_RUNS), max(40, CELL_BUDGET // (m + 1)))
+    runs = _whole("runs", runs, 20, MAX_RUNS)
+    runs = runs if cell_budget is None else min(runs, max(40, cell_budget // (m + 1)))
     effect = _number("effect (spec_ab_min_speedup)", effect, 1.0, 100.0, low_open=True)
     alpha = _number("alpha", alpha, 0.0, 0.5, low_open=True)
     win_margin = _number("win_margin", win_margin, 0.0, 1.0)
@@ -96,7 +101,7 @@ def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_roun
         recommended += _recommended(out, win_margin)
         won += out["verdicts"]["real"]["verdict"] == _design.WIN
     seq = {"starts": starts / runs, "power": recommended / runs, "power_win": won / runs}
-    goal = seq["power"] - math.sqrt(seq["power"] * (1.0 - seq["power"]) / runs)
+    goal = seq["power"] - POWER_TOLERANCE
     fixed: dict[int, dict[str, Any]] = {}
     for rounds in range(_design.FIRST_LOOK, max_rounds + 1):
         hits = 0
@@ -113,7 +118,8 @@ def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_roun
 
 def choose(m: int, *, effect: float = _design.MIN_SPEEDUP, alpha: float = _design.ALPHA, win_margin: float = 0.02,
            max_rounds: int = _design.MAX_ROUNDS, noise: float | None = None, noise_from: str = "",
-           runs: int = RUNS, seed: int = 0, force: bool | None = None) -> dict[str, Any]:
+           runs: int = RUNS, seed: int = 0, force: bool | None = None,
+           cell_budget: int | None = CELL_BUDGET) -> dict[str, Any]:
     """The design with the fewer expected starts at the sequential design's power to recommend a true ``effect``
     among ``m`` candidates (the rest null), with a config's round noise ``noise`` (log-scale SD; None:
     DEFAULT_NOISE). ``force``: True or False takes the sequential or the fixed design (of max_rounds rounds)
@@ -123,7 +129,7 @@ def choose(m: int, *, effect: float = _design.MIN_SPEEDUP, alpha: float = _desig
     s = DEFAULT_NOISE if noise is None else noise
     source = noise_from or ("the default" if noise is None else "the plan")
     sim = simulate(m, effect=effect, alpha=alpha, win_margin=win_margin, max_rounds=max_rounds, noise=s,
-                   runs=runs, seed=seed, through=max_rounds if force is False else 0)
+                   runs=runs, seed=seed, through=max_rounds if force is False else 0, cell_budget=cell_budget)
     seq = sim["sequential"]
     reach = [r for r, v in sim["fixed"].items() if v["power"] >= sim["goal"]]
     fixed = dict(sim["fixed"][reach[0]], rounds=reach[0]) if reach else None
