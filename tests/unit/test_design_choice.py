@@ -117,3 +117,17 @@ def test_the_design_carries_chosen_by_into_the_confirmatory_section() -> None:
     design = _confirm.design_of({"design": {"sequential": False, "max_rounds": 4, "chosen_by": "auto: fixed"}}, 4)
     assert design["chosen_by"] == "auto: fixed" and design["sequential"] is False
     assert _confirm.design_of({}, 3)["chosen_by"] is None
+
+
+def test_the_report_says_which_design_and_why() -> None:
+    from ab_runs import make_run
+
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _judge
+
+    run = make_run({"baseline": {}, "d": {"chain": ["draft-simple"], "draft": (10, 5), "speedup": 1.2}}, rounds=3)
+    why = "spec_ab_sequential auto: design: fixed 3 rounds, expected starts 6.0 against 6.3"
+    run["design"] = {"sequential": False, "max_rounds": 3, "chosen_by": why}
+    document = _report.build_document(run, _judge.judge(run, n_boot=100))
+    assert document["judged"]["confirmatory"]["chosen_by"] == why
+    assert f"The design: {why}." in _report.markdown(document)
