@@ -120,9 +120,10 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
     """Keep the baseline, every candidate the screen could not judge, every candidate whose timings the screen
     marked unreliable (the host was busy), and every one whose optimistic bound reaches ``min_speedup``: the rate
     at the fastest of every repeated timing over production at its own fastest step (``bound_speedup``,
-    docs/statistics.md), which load cannot lower. Of a sweep (configs of one ``base``), a depth whose bound is
-    below the best depth's predicted low end is SCREENED OUT too. The rest is SCREENED OUT, with its prediction and
-    its bound."""
+    docs/statistics.md), which load cannot lower. The rest is SCREENED OUT, with its prediction and its bound.
+    Nothing else screens a candidate out: a sweep's depths each go to the rounds when their bound reaches
+    ``min_speedup`` (another depth's predicted low end is a prediction, which a busy host or the model's own error
+    can raise above what that depth really does, and it once pushed a really faster depth out)."""
     if not isinstance(screen, dict) or not isinstance(configs, list):
         raise AnsibleFilterError("screen_select: give spec_screen's screen and the run's configs")
     production = screen.get("production") or {}
@@ -145,11 +146,6 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
                                          "mean_accepted_len": best["mean_accepted_len"]}
     out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "unreliable": [],
                            "production_tok_s": rate, "metric": (production.get("endpoint") or {}).get("metric", "decode")}
-    by_base: dict[str, list[str]] = {}
-    for config in configs:
-        if config.get("name") in predicted:
-            by_base.setdefault(str(config.get("base") or config["name"]), []).append(config["name"])
-
     def shown(p: dict[str, Any]) -> str:
         if p["predicted_tok_s"] is None:
             return f"no prediction at K={p['k']}"
@@ -177,13 +173,6 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
         if p["bound_speedup"] < float(min_speedup):
             why = (f"{shown(p)}; even at the fastest of every repeated timing it reaches {p['bound_speedup']:.2f}x, "
                    f"below spec_ab_min_speedup {float(min_speedup):.2f}x")
-        else:
-            family = [n for n in by_base.get(str(config.get("base") or name), [name]) if not predicted[n]["unreliable"]]
-            top = max(family, key=lambda n: predicted[n]["predicted_tok_s"] or 0.0)
-            top_low = predicted[top]["low"]
-            if name != top and top_low and p["bound_tok_s"] < top_low:
-                why = (f"{shown(p)}, at most {p['bound_speedup']:.2f}x at the fastest timings, below {top}'s predicted "
-                       f"low end ({top_low / rate:.2f}x): the sweep is confirmed at its best depth")
         if why:
             out["screened_out"].append(dict(p, name=name, why=why))
         else:
