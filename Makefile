@@ -128,7 +128,7 @@ newest-venv: $(NEWEST)/.installed $(NEWEST)/.awx
 # plugins, role argument specs and templates): the cheapest lane that still runs what a new ansible-core can break.
 NEWEST_UNIT ?= tests/unit
 NEWEST_UNIT_CORE := $(addprefix tests/unit/,test_ab_filters.py test_awx.py test_breakeven.py test_build.py \
-  test_callback_tables.py test_check_vars.py test_crash_matrix.py test_drift.py test_filter_surface.py test_fleet.py test_gguf_info_doc.py test_gpu_facts.py \
+  test_callback_tables.py test_check_vars.py test_crash_matrix.py test_drift.py test_filter_surface.py test_fleet.py test_fleet_build_era.py test_gguf_info_doc.py test_gpu_facts.py \
   test_gpu_proof.py test_host_state.py test_host_state_playbooks.py test_metadata.py test_ops_playbooks.py \
   test_option_names.py test_paths.py test_podman_transport.py test_preflight_filters.py test_progress.py \
   test_promote.py test_quality.py test_report.py test_results_dir.py test_role_argument_specs.py test_roles_render.py \

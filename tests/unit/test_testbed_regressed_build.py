@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +30,28 @@ def test_its_own_prefix_and_work_dir_and_the_first_builds_tree_only_under_a_priv
     assert 'unshare -m --propagation private bash' in text and 'mount --bind "$0" "$1"' in text
 
 
-def test_the_change_caps_the_verifier_at_two_drafted_tokens_per_round() -> None:
-    text = REGRESSED.read_text()
+CHANGE = ROOT / "tests" / "testbed" / "regress_sampling.py"
+
+
+def test_the_change_caps_the_verifier_at_two_drafted_tokens_per_round(tmp_path: Path) -> None:
+    # the build runs the one script that holds the change (molecule/build applies the same script on real systemd)
+    assert "regress_sampling.py" in REGRESSED.read_text()
+    text = CHANGE.read_text()
     assert "common_sampler_sample_and_accept_n" in text and "if (i + 1 > 2) {" in text
-    assert 'if text.count(anchor) != 1:' in text  # a tree where the loop moved fails instead of building unchanged
+    sampling = tmp_path / "common" / "sampling.cpp"
+    sampling.parent.mkdir()
+    loop = ("    for (size_t i = 0; i < draft.size(); i++) {\n"
+            "        if (draft[i] != id || (llama_vocab_is_eog(vocab, id) && i + 1 < draft.size())) {\n"
+            "            break;\n        }\n    }\n")
+    sampling.write_text(loop)
+    run = [sys.executable, str(CHANGE), str(tmp_path)]
+    subprocess.run(run, check=True, capture_output=True)
+    assert "if (i + 1 > 2) {" in sampling.read_text()
+    subprocess.run(run, check=True, capture_output=True)  # twice changes nothing
+    assert sampling.read_text().count("if (i + 1 > 2) {") == 1
+    subprocess.run([*run, "--undo"], check=True, capture_output=True)
+    assert sampling.read_text() == loop
+    # a tree where the loop moved fails instead of building unchanged
+    sampling.write_text("int main() { return 0; }\n")
+    moved = subprocess.run(run, capture_output=True, text=True)
+    assert moved.returncode != 0 and "is not where this script expects it" in moved.stderr
