@@ -43,6 +43,7 @@ STEPS: dict[str, Any] = {
     "ab_expand": _steps_ab.ab_expand, "ab_schedule": _steps_ab.ab_schedule, "ab_round": _steps_ab.ab_round,
     "ab_look": _steps_ab.ab_look, "ab_env": _steps_ab.ab_env, "ab_render": _steps_ab.ab_render,
     "ab_report_configs": _steps_ab.ab_report_configs, "ab_design_choice": _steps_ab.ab_design_choice,
+    "ab_report_noise": _steps_ab.ab_report_noise,
     "llamacpp_build_plan": _steps_build.llamacpp_build_plan,
     "llamacpp_build_script": _steps_build.llamacpp_build_script,
     "llamacpp_build_record": _steps_build.llamacpp_build_record,

@@ -79,7 +79,7 @@ def test_auto_chooses_and_the_report_is_told_why() -> None:
     assert got["sequential"] is False and got["rounds"] <= 4
     assert got["chosen_by"].startswith("spec_ab_sequential auto: design: fixed ")
     assert "noise 0.1 from spec_ab_planned_noise" in got["line"]
-    assert ab_design_choice(CONFIGS, "auto", SETTINGS)["noise_from"].startswith("the default 0.05")
+    assert ab_design_choice(CONFIGS, "auto", SETTINGS)["noise_from"].startswith("the default 0.05: no spec_ab_planned_noise")
 
 
 @pytest.mark.parametrize("value,sequential", [(True, True), ("yes", True), (False, False),
@@ -131,3 +131,20 @@ def test_the_report_says_which_design_and_why() -> None:
     document = _report.build_document(run, _judge.judge(run, n_boot=100))
     assert document["judged"]["confirmatory"]["chosen_by"] == why
     assert f"The design: {why}." in _report.markdown(document)
+
+
+def test_the_last_runs_pooled_noise_is_read_from_its_report() -> None:
+    import json
+    import math
+
+    from ansible_collections.llmfleet.specdec.plugins.plugin_utils.steps._steps_ab import ab_report_noise
+
+    document = {"run_id": "20261207T000000Z-x", "judged": {"confirmatory": {"looks": [
+        {"after_round": 2, "noise": 0.08}, {"after_round": 3, "noise": 0.0612}, {"after_round": 4, "why": "nothing"}]}}}
+    got = ab_report_noise(json.dumps(document))
+    assert math.isclose(got["noise"], math.log1p(0.0612)) and "20261207T000000Z-x (pooled noise 6.1%)" in got["from"]
+    assert ab_report_noise(document) == got
+    for nothing in ("", "not json", "[]", {"judged": {}}, None, {"judged": {"confirmatory": {"looks": [{"noise": None}]}}}):
+        assert ab_report_noise(nothing) == {"noise": None, "from": ""}
+    chosen = ab_design_choice(CONFIGS, "auto", dict(SETTINGS, noise=got["noise"], noise_from=got["from"]))
+    assert chosen["line"].endswith(f"(noise {got['noise']:.3g} from {got['from']})")

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import random
 from typing import Any
 
@@ -248,7 +250,8 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
                              max_rounds=max_rounds, noise=noise, force=force,
                              noise_from=str(settings.get("noise_from") or "")
                              or ("spec_ab_planned_noise" if noise is not None else
-                                 f"the default {_choose.DEFAULT_NOISE:g}, no measured noise given"))
+                                 f"the default {_choose.DEFAULT_NOISE:g}: no spec_ab_planned_noise, no earlier "
+                                 "run's report on this controller"))
     except SpecdecError as exc:
         raise AnsibleFilterError(f"the design's choice: {exc}") from None
     if force is None:
@@ -256,6 +259,24 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
     else:  # the line says forced, and what auto would choose
         got["chosen_by"] = f"spec_ab_sequential {'true' if force else 'false'}: {got['line']} ({got['runs']} simulated runs)"
     return got
+
+
+def ab_report_noise(document: Any) -> dict[str, Any]:
+    """The pooled noise of a judged run (its report.json), for the next run's design choice: the log-scale SD of one
+    config's round value at the last look that measured one (``{"noise": s, "from": text}``), or ``{"noise": None}``
+    when the document has none (not a report, a run without a look, text that is not JSON)."""
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except ValueError:
+            return {"noise": None, "from": ""}
+    conf = ((document.get("judged") or {}).get("confirmatory") or {}) if isinstance(document, dict) else {}
+    for look in reversed(conf.get("looks") or [] if isinstance(conf, dict) else []):
+        value = look.get("noise") if isinstance(look, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return {"noise": math.log1p(value),
+                    "from": f"the unit's last run {document.get('run_id')} (pooled noise {value:.1%})"}
+    return {"noise": None, "from": ""}
 
 
 def spec_counters(metrics_text: str | None) -> dict[str, Any]:
