@@ -16,7 +16,7 @@ SETTINGS = {"baseline": "baseline", "max_rounds": "5", "min_speedup": "1.2", "al
             "noise": "", "smoke": False}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _chosen(noise: float) -> dict:
     return _choose.choose(4, effect=1.2, alpha=0.05, win_margin=0.02, max_rounds=5, noise=noise)
 

@@ -151,8 +151,8 @@ def choose(m: int, *, effect: float = _design.MIN_SPEEDUP, alpha: float = _desig
     name = f"fixed {fixed['rounds']} rounds" if pick_fixed else "sequential"
     return {"sequential": not pick_fixed, "rounds": fixed["rounds"] if pick_fixed else max_rounds,
             "starts": round(float(starts), 1), "power": power, "other_starts": round(float(other), 1),
-            "sequential_design": seq, "fixed_design": fixed, "fixed_by_rounds": _by_rounds(sim), "noise": s, "noise_from": source, "effect": effect,
-            "runs": sim["runs"], "why": why,
+            "sequential_design": seq, "fixed_design": fixed, "fixed_by_rounds": _by_rounds(sim), "noise": s,
+            "noise_from": source, "effect": effect, "runs": sim["runs"], "why": why,
             "line": (f"design: {name}, expected starts {float(starts):.1f} against {float(other):.1f}, recommendation "
                      f"power {power:.1%} at the planned {effect:g}x (noise {s:.3g} from {source})")}
 

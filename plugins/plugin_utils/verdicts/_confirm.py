@@ -257,8 +257,8 @@ def confirmatory(judged: Mapping[str, Any], gathered: Mapping[str, Any], design:
         "endpoint": design["endpoint"], "weights": weights, "weights_from": source, "method": _design.METHOD,
         "combination": MIX_COMBINATION, "alpha": design["alpha"], "margin": design["margin"],
         "min_speedup": design["min_speedup"], "beta": design["beta"], "max_rounds": design["max_rounds"],
-        "win_margin": design["win_margin"],
-        "sequential": design["sequential"], "chosen_by": design["chosen_by"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
+        "win_margin": design["win_margin"], "chosen_by": design["chosen_by"],
+        "sequential": design["sequential"], "verdicts": {}, "recommendation": None, "active": [], "looks": [],
         "declared": source != BUILT_IN, "smoke": design["smoke"],
     }
     if source == BUILT_IN:
