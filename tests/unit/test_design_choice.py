@@ -25,7 +25,7 @@ def _consistent(got: dict) -> None:
     """The pick agrees with the chooser's own figures: fixed only when it reaches the sequential design's power
     (less the tolerance) with fewer starts; sequential otherwise."""
     seq, fixed = got["sequential_design"], got["fixed_design"]
-    goal = seq["power"] - _choose.POWER_TOLERANCE
+    goal = seq["power"] - min(_choose.POWER_TOLERANCE, _choose.POWER_SHARE * seq["power"])
     if got["sequential"]:
         assert fixed is None or fixed["starts"] >= seq["starts"] or fixed["power"] < goal, got
         assert got["starts"] == round(seq["starts"], 1) and got["power"] == seq["power"]
@@ -148,3 +148,11 @@ def test_the_last_runs_pooled_noise_is_read_from_its_report() -> None:
         assert ab_report_noise(nothing) == {"noise": None, "from": ""}
     chosen = ab_design_choice(CONFIGS, "auto", dict(SETTINGS, noise=got["noise"], noise_from=got["from"]))
     assert chosen["line"].endswith(f"(noise {got['noise']:.3g} from {got['from']})")
+
+
+def test_where_nothing_is_findable_no_power_is_given_away() -> None:
+    # at a round noise of 0.5 the sequential design still finds a 1.2x now and then; a fixed design that never does
+    # is not the same power, however few starts it needs
+    got = _choose.choose(4, effect=1.2, noise=0.5, runs=100)
+    assert got["power"] >= 0.75 * got["sequential_design"]["power"], got["line"]
+    assert got["sequential"] or got["power"] > 0, got["line"]

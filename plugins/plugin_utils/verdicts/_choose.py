@@ -14,7 +14,8 @@ sequential design, without for the fixed one), power counted as the share of run
 candidate (its WIN's lower bound above 1 + win_margin). The fixed design is the fewest rounds (at most
 max_rounds) whose simulated power reaches the sequential design's less POWER_TOLERANCE (5 points: what the plan's
 200 runs resolve, a rate's standard error there being up to 3.5 points; a fixed design that close is the same
-power as far as the plan can tell); the one with fewer expected starts is chosen, the sequential design on a tie
+power as far as the plan can tell), and never less a quarter of it (where nothing is findable, 4 % is not the same
+power as 0 %); the one with fewer expected starts is chosen, the sequential design on a tie
 or when no fixed design within max_rounds reaches its power.
 
 The simulation replaces the analytic power line (:func:`_design.fixed_rounds`) here because the choice turns on a
@@ -39,8 +40,10 @@ MAX_CANDIDATES = 64
 # The work is bounded: runs x configs at most this (200 runs up to 4 candidates, 40 runs at most with 24 or more),
 # so a sweep's many candidates cost the plan seconds, not minutes.
 CELL_BUDGET = 1000
-# Two powers closer than this are the same power to the plan (see the module's docstring).
+# Two powers closer than this are the same power to the plan, and never more than this share of the sequential
+# design's apart (see the module's docstring).
 POWER_TOLERANCE = 0.05
+POWER_SHARE = 0.25
 
 
 def _number(name: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
@@ -68,7 +71,7 @@ def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_roun
     no bound, for the benchmark). Returns
     ``{"sequential": {"starts", "power", "power_win"}, "fixed": {rounds: {"starts", "power"}}, "goal", "runs"}``;
     the fixed rounds evaluated are 2 .. max_rounds, in order, until one reaches the sequential design's power (less
-    POWER_TOLERANCE, ``goal``) and at least ``through``, so later ones may be missing."""
+    POWER_TOLERANCE or a quarter of it, ``goal``) and at least ``through``, so later ones may be missing."""
     m = _whole("candidates", m, 1, MAX_CANDIDATES)
     max_rounds = _whole("max_rounds", max_rounds, _design.FIRST_LOOK, 50)
     runs = _whole("runs", runs, 20, MAX_RUNS)
@@ -101,7 +104,7 @@ def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_roun
         recommended += _recommended(out, win_margin)
         won += out["verdicts"]["real"]["verdict"] == _design.WIN
     seq = {"starts": starts / runs, "power": recommended / runs, "power_win": won / runs}
-    goal = seq["power"] - POWER_TOLERANCE
+    goal = seq["power"] - min(POWER_TOLERANCE, POWER_SHARE * seq["power"])
     fixed: dict[int, dict[str, Any]] = {}
     for rounds in range(_design.FIRST_LOOK, max_rounds + 1):
         hits = 0
