@@ -79,7 +79,9 @@ def test_auto_chooses_and_the_report_is_told_why() -> None:
     assert got["sequential"] is False and got["rounds"] <= 4
     assert got["chosen_by"].startswith("spec_ab_sequential auto: design: fixed ")
     assert "noise 0.1 from spec_ab_planned_noise" in got["line"]
-    assert ab_design_choice(CONFIGS, "auto", SETTINGS)["noise_from"].startswith("the default 0.05: no spec_ab_planned_noise")
+    assert ab_design_choice(CONFIGS, "auto", SETTINGS)["noise_from"] == "the default 0.05 (spec_ab_planned_noise empty)"
+    got = ab_design_choice(CONFIGS, "auto", dict(SETTINGS, noise="last", noise_last=True))
+    assert got["noise_from"] == "the default 0.05: no earlier run of this unit reported on this controller"
 
 
 @pytest.mark.parametrize("value,sequential", [(True, True), ("yes", True), (False, False),

@@ -226,8 +226,9 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
     """The run's design (docs/statistics.md, "Choosing the design"): with ``sequential`` auto (spec_ab_sequential),
     the sequential design or the fewest fixed rounds, whichever needs fewer expected starts at the sequential
     design's power to recommend the planned effect (``_choose.choose``); true or false force it. ``settings``:
-    baseline, max_rounds, min_speedup, alpha, win_margin, noise (the round noise to plan for; empty: the default),
-    noise_from (where it came from), smoke. Returns ``_choose.choose``'s answer with ``chosen_by`` (what the
+    baseline, max_rounds, min_speedup, alpha, win_margin, noise (the round noise to plan for; empty or ``last``:
+    the default), noise_from (where it came from), noise_last (``last`` was asked and no earlier run's noise was
+    found), smoke. Returns ``_choose.choose``'s answer with ``chosen_by`` (what the
     report says) and, for a run with nothing to choose (a smoke run, no candidate), the design it keeps."""
     force = _sequential_setting(sequential)
     settings = dict(settings or {})
@@ -242,16 +243,18 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
         return {"sequential": keep, "rounds": max_rounds, "chosen_by": f"nothing to choose ({reason})",
                 "line": f"design: {'sequential' if keep else f'fixed {max_rounds} rounds'} ({reason}: nothing to choose)"}
     noise_text = str(settings.get("noise") if settings.get("noise") is not None else "").strip()
-    noise = None if noise_text in ("", "None", "0", "0.0") else _setting(settings, "noise", "spec_ab_planned_noise")
+    noise = (None if noise_text.lower() in ("", "none", "0", "0.0", "last")
+             else _setting(settings, "noise", "spec_ab_planned_noise"))
+    default = (f"the default {_choose.DEFAULT_NOISE:g}: no earlier run of this unit reported on this controller"
+               if str(settings.get("noise_last")).strip().lower() in _TRUE else
+               f"the default {_choose.DEFAULT_NOISE:g} (spec_ab_planned_noise empty)")
     try:
         got = _choose.choose(m, effect=_setting(settings, "min_speedup", "spec_ab_min_speedup"),
                              alpha=_setting(settings, "alpha", "spec_ab_alpha"),
                              win_margin=_setting(settings, "win_margin", "spec_ab_win_margin"),
                              max_rounds=max_rounds, noise=noise, force=force,
                              noise_from=str(settings.get("noise_from") or "")
-                             or ("spec_ab_planned_noise" if noise is not None else
-                                 f"the default {_choose.DEFAULT_NOISE:g}: no spec_ab_planned_noise, no earlier "
-                                 "run's report on this controller"))
+                             or ("spec_ab_planned_noise" if noise is not None else default))
     except SpecdecError as exc:
         raise AnsibleFilterError(f"the design's choice: {exc}") from None
     if force is None:
