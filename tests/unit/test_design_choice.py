@@ -70,8 +70,12 @@ def test_a_bad_input_is_a_named_error(bad: dict) -> None:
 
 
 def test_many_candidates_are_bounded_by_the_cell_budget() -> None:
-    got = _choose.simulate(30, effect=2.0, alpha=0.05, win_margin=0.02, max_rounds=3, noise=0.05, runs=200)
-    assert got["runs"] == 40
+    got = _choose.simulate(16, effect=3.0, alpha=0.05, win_margin=0.02, max_rounds=2, noise=0.02, runs=200)
+    assert got["runs"] == 58
+    many = [{"name": "baseline"}, *({"name": f"c{i}"} for i in range(17))]
+    got = ab_design_choice(many, "auto", SETTINGS)
+    assert got["sequential"] is True and "17 candidates, more than the 16 the plan simulates" in got["line"]
+    assert ab_design_choice(many, False, SETTINGS)["sequential"] is False
 
 
 def test_auto_chooses_and_the_report_is_told_why() -> None:

@@ -238,8 +238,9 @@ def ab_design_choice(configs: Any, sequential: Any, settings: dict[str, Any]) ->
     max_rounds = _setting(settings, "max_rounds", "spec_ab_max_rounds", int)
     smoke = str(settings.get("smoke")).strip().lower() in _TRUE
     keep = True if force is None else force
-    if smoke or m < 1 or max_rounds < 2:
-        reason = ("a smoke run gives no verdict" if smoke else "no candidate" if m < 1 else "fewer than 2 rounds")
+    if smoke or m < 1 or max_rounds < 2 or m > _choose.MAX_CANDIDATES:
+        reason = ("a smoke run gives no verdict" if smoke else "no candidate" if m < 1 else "fewer than 2 rounds"
+                  if max_rounds < 2 else f"{m} candidates, more than the {_choose.MAX_CANDIDATES} the plan simulates")
         return {"sequential": keep, "rounds": max_rounds, "chosen_by": f"nothing to choose ({reason})",
                 "line": f"design: {'sequential' if keep else f'fixed {max_rounds} rounds'} ({reason}: nothing to choose)"}
     noise_text = str(settings.get("noise") if settings.get("noise") is not None else "").strip()
