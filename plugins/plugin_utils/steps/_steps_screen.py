@@ -146,6 +146,7 @@ def screen_select(screen: Any, configs: Any, baseline: str, min_speedup: float, 
                                          "mean_accepted_len": best["mean_accepted_len"]}
     out: dict[str, Any] = {"keep": [], "screened_out": [], "unscreened": [], "unreliable": [],
                            "production_tok_s": rate, "metric": (production.get("endpoint") or {}).get("metric", "decode")}
+
     def shown(p: dict[str, Any]) -> str:
         if p["predicted_tok_s"] is None:
             return f"no prediction at K={p['k']}"
