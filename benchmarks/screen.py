@@ -21,7 +21,8 @@ sweep, as the A/B screens a sweep) and "measured winner sent to the rounds": yes
 fastest (the baseline unless a K measured at least spec_ab_min_speedup over production) is not SCREENED OUT. It
 must read yes in every row; nothing here is timed against a limit. "by the bound alone" is the same with every
 unreliable mark taken off (the optimistic bound decides alone: a NO there is a winner only the marks kept). Each
-bed's summary gives the host load the screen recorded. The raw screens and measurements go to .build/benchmark-screen-<setting>.json.
+bed's summary gives the host load the screen recorded. The raw screens and measurements go to
+.build/benchmark-screen-<setting>.json.
 
 Run: make benchmark-screen (PYTHONPATH=tests:.build/collections .venv/bin/python benchmarks/screen.py [--setting S])
 """
@@ -273,8 +274,6 @@ def run_setting(setting: str, binary: str) -> tuple[list[tuple[str, ...]], list[
                                                                     cand["name"]))
             rows += [(*line, decided.get(int(line[2]), "-"), sent, strict) for line in lines]
             pick, winner = got["best_k"], max(measured, key=measured.get)
-            sweep = ROUNDS * (1 + len(measured))  # the baseline and every K, each round
-            confirm = 2 * ROUNDS  # the baseline and the pick
             copy = screen["production"].get("verify_copy") or {}
             timed = (f"the copy {copy['per_round_ms']:.3f} ms a round + {copy['per_row_ms']:.3f} ms a row"
                      if copy.get("used") else f"batches on production ({copy.get('why')})")

@@ -41,8 +41,8 @@ for extra in (str(HERE), str(ROOT / ".build" / "collections")):
 from fakesystemd import FakeSystemd, HealthServer  # noqa: E402
 from fakesystemd import _dropin_exec as fakesystemd_exec  # noqa: E402
 
-from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _sentinel as sen  # noqa: E402
+from ansible_collections.llmfleet.specdec.plugins.module_utils.build import _activate as act  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.common._errors import SpecdecError  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.state import _host_state as hs  # noqa: E402
 from ansible_collections.llmfleet.specdec.plugins.module_utils.systemd import _deadman, _render  # noqa: E402
@@ -480,7 +480,7 @@ class _Build:
     """llamacpp_build's activation (one module, llamacpp_activate) on the fake host: the unit serves from
     <root>/opt/llama.cpp/current, its canary answers on a second loopback port."""
 
-    def __init__(self, canary: bool, broken: bool, keep: bool = False, sentinel: Optional["_Sentinel"] = None) -> None:
+    def __init__(self, canary: bool, broken: bool, keep: bool = False, sentinel: Optional[_Sentinel] = None) -> None:
         self.canary = canary
         self.broken = broken
         self.keep = keep  # keep_what_runs: build.yml forced past a change pending on disk

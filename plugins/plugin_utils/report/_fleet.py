@@ -316,7 +316,7 @@ def _era_table(hosts: Sequence[Mapping[str, Any]]) -> list[str]:
     out = ["", "## Build era", ""]
     eras = [(h["host"], h.get("build_era")) for h in hosts]
     if not any(era for _host, era in eras):
-        return out + ["No host has a promoted config: there is no evidence whose build could have changed."]
+        return [*out, "No host has a promoted config: there is no evidence whose build could have changed."]
     out += ["Per host, its unit's promoted config: the build that measured its evidence, the build the unit runs now, "
             "and whether the build sentinel judged that upgrade (its canary's acceptance against production's).", "",
             "| host | promoted config | measured on | runs | upgrade |", "| --- | --- | --- | --- | --- |"]
