@@ -112,7 +112,7 @@ def _hog(until: float) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, 0)
     x = 0
     while time.time() < until:
-        for _ in range(100000):
+        for _step in range(100000):
             x = (x * 31 + 7) % 1000003
 
 

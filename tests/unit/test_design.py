@@ -376,8 +376,8 @@ def test_a_win_is_measured_on_until_its_aggregate_under_load_is_decided():
     the candidates, one-sided); while that test is undecided the candidate stays active, however clear its WIN."""
     cells = {"baseline": {0: 0.0, 1: 0.02, 2: -0.01, 3: 0.0, 4: 0.01},
              "fast": {r: math.log(2.0) + e for r, e in enumerate((0.01, -0.01, 0.0, 0.01, -0.01))}}
-    noisy_load = {"baseline": {r: e for r, e in enumerate((0.0, 0.3, -0.3, 0.2, -0.2))},
-                  "fast": {r: e for r, e in enumerate((0.2, -0.2, 0.3, -0.3, 0.0))}}
+    noisy_load = {"baseline": dict(enumerate((0.0, 0.3, -0.3, 0.2, -0.2))),
+                  "fast": dict(enumerate((0.2, -0.2, 0.3, -0.3, 0.0)))}
     alone = ds.sequential({c: {r: y for r, y in v.items() if r < 3} for c, v in cells.items()}, "baseline", ["fast"],
                           max_rounds=5)
     assert alone["verdicts"]["fast"]["stopped"] == "win" and alone["active"] == []

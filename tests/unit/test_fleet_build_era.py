@@ -27,8 +27,9 @@ VERDICT = {"unit": "llama-server.service", "build": "b10200-cuda", "config": "dr
            "regressions": [], "canary": {"acceptance": 0.912}, "production": {"acceptance": 0.912}}
 
 
-def evidence(build: dict[str, Any] | None = OLD, record_path: str = "/etc/llmfleet-specdec/llamacpp-build.json") -> str:
-    """The text of a promoted evidence file (promote.yml's), measured on ``build``."""
+def evidence(build: dict[str, Any] | None = None, record_path: str = "/etc/llmfleet-specdec/llamacpp-build.json") -> str:
+    """The text of a promoted evidence file (promote.yml's), measured on ``build`` (default: the old build)."""
+    build = OLD if build is None else build
     measured = {"schema": _drift.SNAPSHOT_SCHEMA, "build": build, "binary": None, "models": {},
                 "build_record_path": record_path}
     return json.dumps({"schema": "llmfleet.specdec/promoted/1", "unit": "llama-server", "config": "draft-n3",

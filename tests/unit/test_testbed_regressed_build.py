@@ -53,5 +53,5 @@ def test_the_change_caps_the_verifier_at_two_drafted_tokens_per_round(tmp_path: 
     assert sampling.read_text() == loop
     # a tree where the loop moved fails instead of building unchanged
     sampling.write_text("int main() { return 0; }\n")
-    moved = subprocess.run(run, capture_output=True, text=True)
+    moved = subprocess.run(run, capture_output=True, text=True, check=False)
     assert moved.returncode != 0 and "is not where this script expects it" in moved.stderr

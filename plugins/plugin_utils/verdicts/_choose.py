@@ -85,9 +85,9 @@ def simulate(m: int, *, effect: float, alpha: float, win_margin: float, max_roun
     rng = random.Random(f"design-choice:{seed}")
     draws = []
     starts = recommended = won = 0
-    for _ in range(runs):
-        d = {"baseline": [rng.gauss(0.0, noise) for _ in range(max_rounds)]}
-        d.update({n: [(math.log(effect) if n == "real" else 0.0) + rng.gauss(0.0, noise) for _ in range(max_rounds)]
+    for _run in range(runs):
+        d = {"baseline": [rng.gauss(0.0, noise) for _r in range(max_rounds)]}
+        d.update({n: [(math.log(effect) if n == "real" else 0.0) + rng.gauss(0.0, noise) for _r in range(max_rounds)]
                   for n in names})
         draws.append(d)
         cells: dict[str, dict[int, float]] = {n: {} for n in d}

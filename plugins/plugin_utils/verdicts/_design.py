@@ -568,7 +568,7 @@ def _t_critical(level: float, df: float) -> float:
         lo, hi = hi, hi * 2.0
         if hi > 1e12:
             return math.inf
-    for _ in range(200):
+    for _step in range(200):
         mid = 0.5 * (lo + hi)
         if _t_tail(mid, df) > level:
             lo = mid
