@@ -190,7 +190,8 @@ def test_the_report_says_which_kept_candidates_the_host_was_too_busy_to_time() -
     configs = [{"name": "baseline", "env": {}}, *({"name": n, "env": {}} for n in screen["candidates"])]
     decision = dict(ss.screen_select(screen, configs, "baseline", 1.2, 3), screen=screen)
     assert decision["screened_out"] == [] and len(decision["unreliable"]) == 3
-    rows = {line.split(" | ", maxsplit=1)[0][2:]: line for line in _report._screen_lines({"screen": decision}) if "| measured |" in line}
+    rows = {line.split(" | ", maxsplit=1)[0][2:]: line for line in _report._screen_lines({"screen": decision})
+            if "| measured |" in line}
     assert set(rows) == set(screen["candidates"]) and all("UNRELIABLE, the host was busy" in r for r in rows.values())
     # the same screen on a host it could trust: the noisy draft's bound (1.11x) is below 1.2x, the others' above
     for row in screen["candidates"].values():
