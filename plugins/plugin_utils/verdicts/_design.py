@@ -341,14 +341,22 @@ def carry_c(c: float, df: float, df_to: float) -> float:
         return math.inf
     if tail >= 0.5:
         return c  # no level to carry (c at or below the centre, or within rounding of it)
+    return t_critical(tail, df_to)
+
+
+def t_critical(level: float, df: float) -> float:
+    """The one-sided critical value of Student's t at ``level`` with ``df`` (float) degrees of freedom, by
+    bisection on the tail itself, so a level of 1e-20 is as good as one of 0.05. math.inf where none is finite."""
+    if not 0.0 < level < 0.5 or df <= 0:
+        return math.inf
     lo, hi = 0.0, 1.0
-    while _t_tail(hi, df_to) > tail:
+    while _t_tail(hi, df) > level:
         hi *= 2.0
         if hi > 1e150:
             return math.inf
     for _dummy in range(200):
         mid = 0.5 * (lo + hi)
-        if _t_tail(mid, df_to) > tail:
+        if _t_tail(mid, df) > level:
             lo = mid
         else:
             hi = mid
@@ -559,24 +567,6 @@ INFERIOR = "INFERIOR"
 NOT_SHOWN = "NOT SHOWN"
 
 
-def _t_critical(level: float, df: float) -> float:
-    """The one-sided critical value of Student's t at ``level`` (bisection on the tail, so 1e-12 is fine)."""
-    if not (0.0 < level < 0.5) or df <= 0:
-        return math.inf
-    lo, hi = 0.0, 1.0
-    while _t_tail(hi, df) > level:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:
-            return math.inf
-    for _step in range(200):
-        mid = 0.5 * (lo + hi)
-        if _t_tail(mid, df) > level:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
 def load_comparison(fit: Fit | None, name: str, level: float, margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
     """A candidate's non-inferiority under load: its aggregate tokens/s against the baseline's under the same
     load, one-sided at ``level`` (the look's alpha share per candidate). ``verdict``: NON-INFERIOR (lower bound at
@@ -587,7 +577,7 @@ def load_comparison(fit: Fit | None, name: str, level: float, margin: float = EQ
     if fit is None or fit.s is None or fit.df <= 0 or name not in fit.estimate or not math.isfinite(fit.se[name]):
         row["why"] = "too few rounds under load to compare with the baseline's"
         return row
-    got = comparison(fit, name, _t_critical(level, float(fit.df)), margin)
+    got = comparison(fit, name, t_critical(level, float(fit.df)), margin)
     row.update(ratio=got["ratio"], low=got["low"], high=got["high"], rounds=got["rounds"])
     if got["low"] is None:
         row["why"] = got.get("why") or "no interval under load"
