@@ -95,7 +95,9 @@ def confirmatory_gate(report: dict[str, Any], config: str) -> dict[str, Any]:
         # a WIN on one stream not shown to hold at the production's concurrency (issue 49): never promoted
         out["win"] = False
         out["under_load"] = dict(load)
-        out["why"] += ", " + _confirm.load_why(load, conf.get("streams"), float(conf.get("margin") or 0.05))
+        margin_eq = conf.get("margin")
+        margin_eq = margin_eq if isinstance(margin_eq, (int, float)) and not isinstance(margin_eq, bool) else 0.05
+        out["why"] += ", " + _confirm.load_why(load, conf.get("streams"), float(margin_eq))
     if out["win"] and conf.get("recommendation_why"):
         # the run withheld its recommendation (a failed or incomplete baseline start): its WINs carry no promotion
         out["win"] = False
