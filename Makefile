@@ -51,8 +51,10 @@ packages:
 # test), the vLLM venv and models, the maintainer
 # tools, the container images and the test models. Side by side, because on a machine without the caches the compile
 # keeps the CPUs busy while the rest mostly waits on downloads and the disk; with the caches warm each is a check.
+# Each step is a stage of its own (stage-NAME): the table shows a cold cache's slow steps, indented under prepare.
+PREPARE_STEPS := llama-server llama-server-regressed vllm-testbed tools images models win-models
 prepare: packages venv collection
-	@start=$$SECONDS; $(MAKE) --no-print-directory -j4 --output-sync=target llama-server llama-server-regressed vllm-testbed tools images models win-models; \
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j4 --output-sync=target $(addprefix stage-,$(PREPARE_STEPS)); \
 	rc=$$?; echo "prepare: $$((SECONDS - start)) s"; exit $$rc
 
 # The container images: the systemd host, the SSH host, the execution environment and the build host.
