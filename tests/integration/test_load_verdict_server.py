@@ -100,7 +100,8 @@ def test_the_recommendation_follows_the_aggregate_at_the_slot_count(llama_server
     if load["speedup"] < 0.9 / (1.0 + _design.EQUIVALENCE_MARGIN):
         assert conf["recommendation"] is None and under.get("verdict") != _design.NON_INFERIOR, summary
     if clears and not recommendable:  # refused on the load alone, and it says so
-        assert not row["practical"] and "under load" in row["why"], summary
+        assert not row["practical"] and f"at {SLOTS} concurrent streams" in row["why"], summary
+        assert row["why"].startswith("a WIN on one stream"), summary
     if row["verdict"] == _design.WIN:
         text = _report.markdown(_report.build_document(run, j))
         assert f"aggregate at {SLOTS} streams [one-sided]" in text
