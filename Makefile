@@ -68,7 +68,9 @@ images: venv
 # so a change of pin builds a fresh one and the heavy ansible-lint and galaxy-importer never enter .venv.
 # shellcheck (a Debian package) is what ansible-test's shellcheck sanity test runs; without it that test is skipped.
 TOOLS := $(CACHE)/tools-$(shell sha256sum requirements-lint.txt | cut -c1-12)
-$(TOOLS)/.installed: requirements-lint.txt
+# No prerequisite: the folder is named by a hash of requirements-lint.txt, so a change of pin builds a new one; a
+# fresh clone (every file newer than the cache) reuses it instead of reinstalling the tools.
+$(TOOLS)/.installed:
 	@command -v shellcheck >/dev/null || { echo "installing shellcheck with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }
 	rm -rf $(TOOLS)
@@ -88,7 +90,8 @@ tools: $(TOOLS)/.installed
 NEWEST_INPUTS := requirements.txt requirements-test.txt constraints-newest.txt tests/suite/newest_requirements.py
 NEWEST := $(CACHE)/newest-$(shell cat $(NEWEST_INPUTS) | sha256sum | cut -c1-12)
 NEWEST_PYTHON ?=
-$(NEWEST)/.installed: $(NEWEST_INPUTS)
+# No prerequisite: NEWEST is named by a hash of its inputs (as TOOLS), so a fresh clone reuses the cached venv.
+$(NEWEST)/.installed:
 	@py=""; \
 	if [ -n "$(NEWEST_PYTHON)" ]; then candidates="$(NEWEST_PYTHON)"; \
 	else candidates="$$(command -v python3.12) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | sort -uV -r)"; fi; \
@@ -236,8 +239,12 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q --durations=15 tests/unit
 
+# pytest's integration tests (INTEGRATION_TESTS: the files or folder to run; make test runs them in two halves, below).
+INTEGRATION_TESTS ?= tests/integration
+integration_pytest = env LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) \
+  $(PY) -m pytest -q --durations=15
 test-integration: venv collection llama-server llama-server-regressed vllm-testbed win-models
-	LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) $(PY) -m pytest -q --durations=15 tests/integration
+	$(integration_pytest) $(INTEGRATION_TESTS)
 
 # ---------------------------------------------------------------------------------------------------------------
 # make test: everything CI runs, in stages, with a table of the stages and their seconds at the end (also written to
@@ -258,8 +265,8 @@ test-integration: venv collection llama-server llama-server-regressed vllm-testb
 # kind, the lane with fewer seconds in the last stage table. Its molecule.yml says what it costs and reuses.
 MOLECULE_LANE_A ?= default deadman
 MOLECULE_LANE_B ?= envfile ssh failures
-MOLECULE_AB_LANE_A ?= vllm abfaults
-MOLECULE_AB_LANE_B ?= ab units
+MOLECULE_AB_LANE_A ?= vllm units
+MOLECULE_AB_LANE_B ?= ab abfaults
 MOLECULE_ALONE ?= win
 STAGES := $(CURDIR)/.build/test-stages.tsv
 stage := tests/suite/stage.sh
@@ -297,8 +304,22 @@ test-alone:
 	@$(stage) "molecule alone" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
 test-build:
 	@$(stage) molecule-build $(MAKE) --no-print-directory molecule-build
+# pytest's integration tests in two halves side by side beside molecule/build (the last stage alone left a core idle
+# a fifth of its time): half A is the slowest files, each a real server run of a minute or more, half B every other
+# file (so a new file runs in B). Each half is one pytest run; no test depends on another file's.
+INTEGRATION_A := $(addprefix tests/integration/,test_load_verdict_server.py test_first_hour.py test_field_path.py \
+  test_testbed.py test_gguf_facts_server.py test_rendering_server.py test_build_flag_table_server.py test_calibration_sample.py)
+INTEGRATION_B := $(filter-out $(INTEGRATION_A),$(sort $(wildcard tests/integration/test_*.py)))
+.PHONY: integration-halves test-integration-a test-integration-b
 test-integration-stage:
-	@$(stage) "pytest integration" $(MAKE) --no-print-directory test-integration
+	@$(stage) "pytest integration" $(MAKE) --no-print-directory integration-halves
+# the caches are checked once, before the halves start (never by both at once)
+integration-halves: venv collection llama-server llama-server-regressed vllm-testbed win-models
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-integration-a test-integration-b
+test-integration-a:
+	@$(stage) A $(integration_pytest) $(INTEGRATION_A)
+test-integration-b:
+	@$(stage) B $(integration_pytest) $(INTEGRATION_B)
 # stage-NAME: `make NAME` as a stage named NAME (inside its lane's stage)
 stage-%:
 	@$(stage) $* $(MAKE) --no-print-directory $*
@@ -315,7 +336,11 @@ stage-%:
 # The build sentinel on real systemd (molecule/build/sentinel.yml, SPECDEC_BUILD_SENTINEL=1: a regressed build refused
 # at the canary, the unchanged rebuild passing, a forced upgrade recorded; about 2.5 minutes more): make test keeps
 # molecule/build without it, and tests/integration/test_build_sentinel_*.py the same two real builds judged.
-MOLECULE_FULL_ONLY ?= fleet watch
+# unitforms (the A/B and promotion of a systemctl edit unit, a nice/env/taskset unit and a sh -c unit): molecule/units
+# still reads each of those forms on real systemd in make test, and A/Bs and promotes the hand-written unit and the
+# wrapper script there; the crash matrix (tests/unit/test_crash_matrix.py) cuts the exec-form and wrapper promotions,
+# the late zx- name among them, at every step.
+MOLECULE_FULL_ONLY ?= fleet watch unitforms
 FULL_STAGES := $(CURDIR)/.build/test-full-stages.tsv
 .PHONY: test-full test-full-stages
 test-full:
