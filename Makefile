@@ -239,7 +239,7 @@ sanity: venv collection
 test-unit: venv collection
 	$(PY) -m pytest -q --durations=15 tests/unit
 
-# pytest's integration tests (INTEGRATION_TESTS: the files or folder to run; make test runs them in two halves, below).
+# pytest's integration tests (INTEGRATION_TESTS: the files or folder to run).
 INTEGRATION_TESTS ?= tests/integration
 integration_pytest = env LLAMA_SERVER_BIN=$$(PIP="$(PY) -m pip" tests/testbed/build_llama_server.sh | tail -1) \
   $(PY) -m pytest -q --durations=15
@@ -304,22 +304,8 @@ test-alone:
 	@$(stage) "molecule alone" $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_ALONE)"
 test-build:
 	@$(stage) molecule-build $(MAKE) --no-print-directory molecule-build
-# pytest's integration tests in two halves side by side beside molecule/build (the last stage alone left a core idle
-# a fifth of its time): half A is the slowest files, each a real server run of a minute or more, half B every other
-# file (so a new file runs in B). Each half is one pytest run; no test depends on another file's.
-INTEGRATION_A := $(addprefix tests/integration/,test_load_verdict_server.py test_first_hour.py test_field_path.py \
-  test_testbed.py test_gguf_facts_server.py test_rendering_server.py test_build_flag_table_server.py test_calibration_sample.py)
-INTEGRATION_B := $(filter-out $(INTEGRATION_A),$(sort $(wildcard tests/integration/test_*.py)))
-.PHONY: integration-halves test-integration-a test-integration-b
 test-integration-stage:
-	@$(stage) "pytest integration" $(MAKE) --no-print-directory integration-halves
-# the caches are checked once, before the halves start (never by both at once)
-integration-halves: venv collection llama-server llama-server-regressed vllm-testbed win-models
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-integration-a test-integration-b
-test-integration-a:
-	@$(stage) A $(integration_pytest) $(INTEGRATION_A)
-test-integration-b:
-	@$(stage) B $(integration_pytest) $(INTEGRATION_B)
+	@$(stage) "pytest integration" $(MAKE) --no-print-directory test-integration
 # stage-NAME: `make NAME` as a stage named NAME (inside its lane's stage)
 stage-%:
 	@$(stage) $* $(MAKE) --no-print-directory $*
